@@ -1,0 +1,41 @@
+"""Errors a user can act on.
+
+Every error raised for bad input derives from :class:`DippmError`; the CLI prints its message as one
+line and exits with status 2, so the message itself must say what was wrong and what to do next.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class DippmError(ValueError):
+    """Bad input from the user: the message says what was wrong and what to do."""
+
+
+class UnknownDeviceError(DippmError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class UnknownModelError(DippmError):
+    pass
+
+
+class ModelLoadError(DippmError):
+    pass
+
+
+class InputSpecError(DippmError):
+    pass
+
+
+class ExportError(DippmError):
+    """The model could not be traced with the given inputs (wrong shape, unsupported control flow)."""
+
+
+def suggest(name: str, known: Iterable[str], n: int = 5) -> str:
+    """A 'did you mean' fragment for an error message, empty when nothing is close."""
+    close = difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)
+    return f" Did you mean: {', '.join(close)}?" if close else ""

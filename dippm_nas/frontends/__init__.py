@@ -1,0 +1,68 @@
+"""Frontends: any supported model description -> one TVM Relax IRModule.
+
+A registry, as in timm: each frontend registers a matcher and a loader with :func:`register_frontend`,
+and :func:`load_model` tries them in order. What comes out is always a :class:`LoadedModel`, whatever
+the source framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+
+from dippm_nas.errors import DippmError
+from dippm_nas.inputs import InputLike, InputSpec, normalize_inputs
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model imported into Relax, with what is needed to describe it."""
+
+    mod: tvm.IRModule
+    name: str
+    source: str  # "torch", "timm", "onnx", "callable", "transformers"
+    inputs: InputSpec
+    batch: int
+    family: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+Matcher = Callable[[Any], bool]
+Loader = Callable[[Any, "InputSpec | None", int], LoadedModel]
+
+_FRONTENDS: list[tuple[str, Matcher, Loader]] = []
+
+
+def register_frontend(name: str, matches: Matcher, load: Loader) -> None:
+    _FRONTENDS.append((name, matches, load))
+
+
+def frontend_names() -> list[str]:
+    return [name for name, _, _ in _FRONTENDS]
+
+
+def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedModel:
+    """Import ``model`` at ``batch`` into Relax.
+
+    ``model`` is a ``torch.nn.Module``, a timm model name, a path to an ``.onnx`` file,
+    ``"package.module:factory"`` (a callable returning an ``nn.Module``) or ``"hf:<model_type>"``
+    (a Hugging Face ``transformers`` architecture built from its default config, no weights).
+    ``inputs`` is None for the model's default input (an image, or 128 token ids).
+    """
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
+        raise DippmError(f"batch size must be a positive integer, got {batch!r}.")
+    spec = normalize_inputs(inputs)
+    for _, matches, load in _FRONTENDS:
+        if matches(model):
+            return load(model, spec, batch)
+    raise DippmError(
+        f"cannot tell what kind of model {model!r} is; give a torch.nn.Module, a timm model name, a "
+        "path to an .onnx file, 'package.module:factory' or 'hf:<model_type>'."
+    )
+
+
+# Registration order is matching order: the catch-all timm name comes last.
+from dippm_nas.frontends import _module, _onnx, _transformers, _callable, _timm  # noqa: E402,F401

@@ -1,0 +1,31 @@
+"""``package.module:factory``: a callable that returns an ``nn.Module`` (built on ``meta`` if it can be)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import torch
+
+from dippm_nas.errors import ModelLoadError
+from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._module import load_module
+from dippm_nas.inputs import InputSpec
+
+_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def load_callable(target: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    module_name, _, attr = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ModelLoadError(f"cannot import {target!r}: {exc}. Is the module on PYTHONPATH?") from exc
+    with torch.device("meta"):
+        model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise ModelLoadError(f"{target} returned a {type(model).__name__}, not a torch.nn.Module.")
+    return load_module(model, inputs, batch, target, "callable")
+
+
+register_frontend("callable", lambda m: isinstance(m, str) and bool(_PATTERN.match(m)), load_callable)

@@ -1,0 +1,24 @@
+"""A ``torch.nn.Module`` object, exported as it is (build it on the ``meta`` device to skip weights)."""
+
+from __future__ import annotations
+
+import torch
+
+from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._torch import torch_to_relax
+from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
+
+
+def module_family(module: torch.nn.Module) -> str:
+    return type(module).__module__.rsplit(".", 1)[-1]
+
+
+def load_module(module: torch.nn.Module, inputs: InputSpec | None, batch: int, name: str = "",
+                source: str = "torch", family: str = "") -> LoadedModel:
+    spec = inputs or (TensorSpec(IMAGE_SHAPE),)
+    name = name or type(module).__name__
+    mod, notes = torch_to_relax(module, spec, batch, name)
+    return LoadedModel(mod, name, source, spec, batch, family or module_family(module), notes)
+
+
+register_frontend("torch", lambda m: isinstance(m, torch.nn.Module), load_module)

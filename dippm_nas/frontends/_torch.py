@@ -1,0 +1,186 @@
+"""torch.nn.Module -> Relax, through torch.export and TVM's ExportedProgram importer.
+
+The module is exported as it is, without decomposing it into core ATen, so linear, attention and
+the norms stay one operator each, as PyTorch eager runs them. Only the operators TVM cannot convert
+are decomposed, and an operator that is still unknown after that becomes a generic node carrying
+its output shape, with a warning, rather than a failed conversion.
+
+Parameters are never read: they stay inputs of the Relax function (shape and dtype only), so a
+model built on the ``meta`` device converts without a byte of weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import fx
+from tvm import relax
+from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+from dippm_nas.errors import ExportError
+from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
+from dippm_nas.inputs import InputSpec
+
+_TORCH_DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
+}
+
+
+def _relax_type(value: object) -> relax.TensorType | list[relax.TensorType]:
+    if isinstance(value, torch.Tensor):
+        return relax.TensorType([int(d) for d in value.shape], str(value.dtype).removeprefix("torch."))
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in (lambda r: r if isinstance(r, list) else [r])(_relax_type(v))]
+    raise TypeError(f"no tensor type for {type(value).__name__}")
+
+
+def _generic_converter(aten_name: str):
+    """A converter that keeps an unknown operator as an opaque call with the right output shape."""
+
+    def convert(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
+        if "val" not in node.meta:
+            raise ExportError(f"operator {aten_name} has no shape information to keep it as a generic node")
+        flat = fx.node.map_arg((node.args, node.kwargs), lambda n: n)
+        args = []
+        for arg in torch.utils._pytree.tree_leaves(flat):
+            value = importer.env.get(arg) if isinstance(arg, fx.Node) else None
+            if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType):
+                args.append(value)
+        out_ty = _relax_type(node.meta["val"])
+        call = relax.call_dps_packed(GENERIC_OP_PREFIX + aten_name, relax.Tuple(args), out_ty)
+        return importer.block_builder.emit(call)
+
+    return convert
+
+
+class _ShapeOnlyImporter(ExportedProgramImporter):
+    """TVM's importer, minus the step that copies parameter data into constants.
+
+    A converter that fails on one node (TVM's type inference can be stricter than PyTorch about
+    dtypes) falls back to a generic node for that node alone, and the failure is noted.
+    """
+
+    def convert(self, program: torch.export.ExportedProgram,
+                unknown: dict[str, object], extra: dict[str, object]) -> relax.Function:
+        self.fallbacks: list[str] = []
+        bound = {op: (lambda node, conv=conv: conv(node, self)) for op, conv in extra.items()}
+        bound.update({op: (lambda node, conv=_generic_converter(op): conv(node, self)) for op in unknown})
+        self.convert_map = {op: self._guarded(op, f) for op, f in {**self.convert_map, **bound}.items()}
+        params, user_inputs, _ = self.create_input_vars(program)
+        inputs = dict(user_inputs)
+        inputs.update(params)
+        nodes = list(program.graph.nodes)
+        self.block_builder = builder = relax.BlockBuilder()
+        with builder.function(name="main", params=list(inputs.values()),
+                              attrs={"num_input": len(user_inputs)}, pure=False):
+            outputs = self._translate_fx_graph(program.graph_module, nodes, inputs, set())
+            user = self._user_outputs(program, list(outputs))
+            builder.emit_func_output(user[0] if len(user) == 1 else relax.Tuple(user))
+        return builder.get()
+
+    def _guarded(self, op: str, converter):
+        fallback = _generic_converter(op)
+
+        def convert(node: fx.Node):
+            try:
+                return converter(node)
+            except (ExportError, KeyError):
+                raise
+            except Exception as exc:  # TVM raises assertion, type and value errors alike
+                self.fallbacks.append(f"{op} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+                return fallback(node, self)
+
+        return convert
+
+    @staticmethod
+    def _user_outputs(program: torch.export.ExportedProgram, outputs: list[relax.Expr]) -> list[relax.Expr]:
+        kinds = torch.export.graph_signature.OutputKind
+        specs = program.graph_signature.output_specs
+        if len(specs) != len(outputs):
+            return outputs
+        user = [o for o, s in zip(outputs, specs) if s.kind in (kinds.USER_OUTPUT, kinds.LOSS_OUTPUT)]
+        return user or outputs
+
+
+def _op_name(node: fx.Node) -> str:
+    return node.target.__name__  # type: ignore[union-attr]
+
+
+def _unknown_ops(program: torch.export.ExportedProgram, known: dict[str, object]) -> dict[str, object]:
+    return {
+        _op_name(n): n.target for n in program.graph.nodes
+        if n.op == "call_function" and _op_name(n) not in known
+    }
+
+
+def example_inputs(inputs: InputSpec, batch: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    return tuple(
+        torch.zeros(spec.with_batch(batch), dtype=_TORCH_DTYPES[spec.dtype], device=device)
+        for spec in inputs
+    )
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    for tensor in [*module.parameters(), *module.buffers()]:
+        return tensor.device
+    return torch.device("meta")
+
+
+def export(module: torch.nn.Module, inputs: InputSpec, batch: int, name: str) -> torch.export.ExportedProgram:
+    args = example_inputs(inputs, batch, module_device(module))
+    shapes = ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            return torch.export.export(module.eval(), args, strict=False)
+    except Exception as exc:  # torch raises many types for a model that rejects its inputs
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ExportError(
+            f"could not trace {name} with inputs {shapes}: {first[:300]}. "
+            "Check the input shape and dtype (--input-shape / --input) against what the model expects."
+        ) from exc
+
+
+def _as_reshape(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
+    shape = [int(d) for d in node.meta["val"].shape]
+    return importer.block_builder.emit(relax.op.reshape(importer.env[node.args[0]], shape))
+
+
+#: ATen operators TVM's importer lacks, that are plain Relax operators under another name.
+EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape}
+
+
+def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
+                   name: str) -> tuple[object, tuple[str, ...]]:
+    """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings."""
+    program = export(module, inputs, batch, name)
+    known = {**ExportedProgramImporter().convert_map, **EXTRA_CONVERTERS}
+    unknown = _unknown_ops(program, known)
+    if unknown:
+        table = torch.export.default_decompositions()
+        decompose = {op: table[op] for op in unknown.values() if op in table}
+        if decompose:
+            program = program.run_decompositions(decompose)
+            unknown = _unknown_ops(program, known)
+    notes = tuple(
+        f"{name}: operator {op} is unknown to TVM's torch frontend; it is kept as a generic node "
+        "(its shape is right, its cost is estimated as elementwise work)"
+        for op in sorted(unknown)
+    )
+    importer = _ShapeOnlyImporter()
+    try:
+        mod = importer.convert(program, {op: None for op in unknown}, EXTRA_CONVERTERS)
+    except ExportError:
+        raise
+    except Exception as exc:
+        raise ExportError(f"TVM could not import {name}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+    notes += tuple(
+        f"{name}: TVM failed to convert {failure}; that node is kept as a generic node"
+        for failure in sorted(set(importer.fallbacks))
+    )
+    return mod, notes

@@ -1,0 +1,275 @@
+"""Relax IRModule -> ModelGraph: one node per operator call, one edge per tensor between operators.
+
+Only shapes and dtypes are read, never tensor data, so a module whose parameters were never
+materialised converts in milliseconds. Three rules keep the graph close to what PyTorch runs:
+
+* a call that reads only parameters or constants (``permute_dims(weight)`` before a matmul, a
+  reshaped bias) is folded: it runs once at load time, not per inference; its result is a weight
+  of the operator that reads it;
+* a bias ``add`` right after a convolution or matmul is that operator's epilogue, as in cuDNN and
+  cuBLAS kernels: it becomes one more weight of the producer, not a node;
+* tuples and tuple indexing are plumbing, not operators: edges go straight through them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relax
+
+from dippm_nas.graph import ops
+from dippm_nas.graph.model_graph import ModelGraph, Node, Shape, Tensor
+
+GENERIC_OP_PREFIX = "dippm.generic."
+_EPILOGUE_HOSTS = frozenset({"conv", "matmul"})
+
+
+@dataclass(frozen=True)
+class _Act:
+    """An activation: produced by these nodes (none for a model input)."""
+
+    producers: tuple[int, ...]
+    tensor: Tensor
+
+
+@dataclass(frozen=True)
+class _Weight:
+    tensor: Tensor
+
+
+@dataclass(frozen=True)
+class _Tup:
+    items: tuple[object, ...]
+
+
+@dataclass
+class _NodeDraft:
+    id: int
+    op: str
+    kind: str
+    category: str
+    attrs: dict[str, object]
+    args: list[Tensor]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    weights: list[Tensor]
+    extra_flops: int = 0
+    generic: bool = False
+    producers: set[int] = field(default_factory=set)
+
+
+def _tensor(ty: object) -> Tensor | None:
+    if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+        return Tensor(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
+    return None
+
+
+def _tensors(ty: object) -> list[Tensor]:
+    if isinstance(ty, relax.TupleType):
+        return [t for f in ty.fields for t in _tensors(f)]
+    single = _tensor(ty)
+    return [single] if single is not None else []
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, tvm.tirx.IntImm | tvm.tirx.FloatImm):
+        return value.value
+    if hasattr(value, "__len__") and not isinstance(value, dict):
+        try:
+            return tuple(_plain(v) for v in value)  # type: ignore[union-attr]
+        except TypeError:
+            pass
+    return str(value)
+
+
+_ATTR_METHODS = frozenset({"get_int", "get_int_tuple", "get_str", "id_", "is_", "same_as"})
+
+
+def attrs_to_dict(attrs: object) -> dict[str, object]:
+    if attrs is None:
+        return {}
+    names = [n for n in dir(attrs) if not n.startswith("_") and n not in _ATTR_METHODS]
+    return {n: _plain(getattr(attrs, n)) for n in sorted(names)}
+
+
+class _Converter:
+    def __init__(self, func: relax.Function, name: str):
+        self.func = func
+        self.name = name
+        self.env: dict[relax.Var, object] = {}
+        self.nodes: list[_NodeDraft] = []
+        self.uses: dict[relax.Var, int] = {}
+        self.constants: dict[tvm.ir.Constant, Tensor] = {}
+
+    # -- value resolution -----------------------------------------------------------------------
+    def resolve(self, expr: relax.Expr) -> object:
+        if isinstance(expr, relax.Var):
+            return self.env.get(expr)
+        if isinstance(expr, tvm.ir.Constant):
+            t = _tensor(expr.ty)
+            if t is None:
+                return None
+            self.constants.setdefault(expr, t)
+            return _Weight(t)
+        if isinstance(expr, relax.Tuple):
+            return _Tup(tuple(self.resolve(f) for f in expr.fields))
+        if isinstance(expr, relax.TupleGetItem):
+            tup = self.resolve(expr.tuple_value)
+            return tup.items[expr.index] if isinstance(tup, _Tup) else None
+        return None  # shapes, prim values, extern functions
+
+    @staticmethod
+    def leaves(value: object) -> list[_Act | _Weight]:
+        if isinstance(value, _Act | _Weight):
+            return [value]
+        if isinstance(value, _Tup):
+            return [leaf for item in value.items for leaf in _Converter.leaves(item)]
+        return []
+
+    def count_uses(self, expr: object) -> None:
+        if isinstance(expr, relax.Var):
+            self.uses[expr] = self.uses.get(expr, 0) + 1
+        elif isinstance(expr, relax.Tuple):
+            for f in expr.fields:
+                self.count_uses(f)
+        elif isinstance(expr, relax.TupleGetItem):
+            self.count_uses(expr.tuple_value)
+        elif isinstance(expr, relax.Call):
+            for a in expr.args:
+                self.count_uses(a)
+
+    # -- conversion -----------------------------------------------------------------------------
+    def run(self) -> ModelGraph:
+        func = self.func
+        num_input = int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)
+        inputs: list[Tensor] = []
+        param_count = param_bytes = 0
+        for i, param in enumerate(func.params):
+            t = _tensor(param.ty)
+            if t is None:
+                continue
+            if i < num_input:
+                inputs.append(t)
+                self.env[param] = _Act((), t)
+            else:
+                self.env[param] = _Weight(t)
+                param_count += t.numel
+                param_bytes += t.nbytes
+
+        body = func.body
+        bindings = [b for block in body.blocks for b in block.bindings]
+        for binding in bindings:
+            self.count_uses(binding.value)
+        self.count_uses(body.body)
+        for binding in bindings:
+            self.env[binding.var] = self.bind(binding)
+
+        for const in self.constants.values():
+            param_count += const.numel
+            param_bytes += const.nbytes
+        outputs = sorted({p for leaf in self.leaves(self.resolve(body.body)) if isinstance(leaf, _Act)
+                          for p in leaf.producers})
+        return self.freeze(tuple(inputs), tuple(outputs), param_count, param_bytes)
+
+    def bind(self, binding: relax.VarBinding) -> object:
+        value = binding.value
+        if not isinstance(value, relax.Call):
+            return self.resolve(value)
+        op_name, args, generic = self.call_target(value)
+        resolved = [self.resolve(a) for a in args]
+        leaves = [leaf for r in resolved for leaf in self.leaves(r)]
+        acts = [leaf for leaf in leaves if isinstance(leaf, _Act)]
+        outs = _tensors(binding.var.ty)
+        if not acts:  # runs on parameters only: folded into the operators that read it
+            return self._wrap(binding.var.ty, lambda t: _Weight(t))
+
+        fused = self.try_epilogue(op_name, binding, args, leaves)
+        if fused is not None:
+            return fused
+
+        spec = None if generic else ops.lookup(op_name)
+        attrs = attrs_to_dict(value.attrs)
+        if generic:
+            attrs["aten"] = op_name
+        node = _NodeDraft(
+            id=len(self.nodes),
+            op=op_name,
+            kind=spec.kind if spec else "other",
+            category=spec.category if spec else "other",
+            attrs=attrs,
+            args=[leaf.tensor for leaf in leaves],
+            inputs=[a.tensor for a in acts],
+            outputs=outs,
+            weights=[leaf.tensor for leaf in leaves if isinstance(leaf, _Weight)],
+            generic=generic,
+            producers={p for a in acts for p in a.producers},
+        )
+        self.nodes.append(node)
+        return self._wrap(binding.var.ty, lambda t: _Act((node.id,), t))
+
+    def _wrap(self, ty: object, make) -> object:
+        if isinstance(ty, relax.TupleType):
+            return _Tup(tuple(self._wrap(f, make) for f in ty.fields))
+        t = _tensor(ty)
+        return make(t) if t is not None else None
+
+    def call_target(self, call: relax.Call) -> tuple[str, list[relax.Expr], bool]:
+        op = call.op
+        name = op.name if isinstance(op, tvm.ir.Op) else str(op)
+        if name == "relax.call_dps_packed" and isinstance(call.args[0], relax.ExternFunc):
+            symbol = str(call.args[0].global_symbol)
+            inner = call.args[1]
+            args = list(inner.fields) if isinstance(inner, relax.Tuple) else [inner]
+            if symbol.startswith(GENERIC_OP_PREFIX):
+                return symbol.removeprefix(GENERIC_OP_PREFIX), args, True
+            return symbol, args, True
+        return name, list(call.args), False
+
+    def try_epilogue(self, op_name: str, binding: relax.VarBinding, args: list[relax.Expr],
+                     leaves: list[object]) -> object | None:
+        if op_name != "relax.add" or len(leaves) != 2 or len(args) != 2:
+            return None
+        act = next((l for l in leaves if isinstance(l, _Act)), None)
+        weight = next((l for l in leaves if isinstance(l, _Weight)), None)
+        act_expr = next((a for a in args if isinstance(a, relax.Var) and isinstance(self.env.get(a), _Act)), None)
+        if act is None or weight is None or act_expr is None or len(act.producers) != 1:
+            return None
+        host = self.nodes[act.producers[0]]
+        if host.category not in _EPILOGUE_HOSTS or self.uses.get(act_expr, 0) != 1:
+            return None
+        channels = {act.tensor.shape[-1], act.tensor.shape[1] if len(act.tensor.shape) > 1 else 0}
+        if host.outputs != [act.tensor] or weight.tensor.numel not in channels:
+            return None
+        host.weights.append(weight.tensor)
+        host.args.append(weight.tensor)
+        host.extra_flops += act.tensor.numel
+        return act
+
+    def freeze(self, inputs: tuple[Tensor, ...], outputs: tuple[int, ...], param_count: int,
+               param_bytes: int) -> ModelGraph:
+        nodes, edges = [], set()
+        for d in self.nodes:
+            spec = None if d.generic else ops.lookup(d.op)
+            # An operator we have no rule for counts as elementwise work.
+            flops = spec.flops(d.args, d.outputs, d.attrs) if spec else sum(t.numel for t in d.outputs)
+            nodes.append(Node(
+                id=d.id, op=d.op.removeprefix("relax."), kind=d.kind, category=d.category,
+                attrs=d.attrs, inputs=tuple(d.inputs), outputs=tuple(d.outputs),
+                weights=tuple(d.weights), flops=int(flops + d.extra_flops),
+            ))
+            edges.update((p, d.id) for p in d.producers)
+        return ModelGraph(
+            name=self.name, batch=inputs[0].shape[0] if inputs and inputs[0].shape else 1,
+            inputs=inputs, nodes=tuple(nodes), edges=tuple(sorted(edges)), outputs=outputs,
+            param_count=param_count, param_bytes=param_bytes,
+        )
+
+
+def relax_to_graph(mod: tvm.IRModule, name: str = "model", entry: str = "main") -> ModelGraph:
+    """Convert the entry function of a Relax module into a :class:`ModelGraph`."""
+    if entry not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise ValueError(f"the IRModule has no function {entry!r}")
+    return _Converter(mod[entry], name).run()

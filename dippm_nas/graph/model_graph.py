@@ -1,0 +1,152 @@
+"""The data passed from the graph stage to the cost models: a dataflow graph of operator calls."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+Shape = tuple[int, ...]
+
+DTYPE_BYTES: dict[str, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 4)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor's shape and dtype, the unit the graph counts bytes in."""
+
+    shape: Shape
+    dtype: str = "float32"
+
+    @property
+    def numel(self) -> int:
+        return numel(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator call.
+
+    ``inputs`` are the activations it reads (from other operators or from the model's inputs),
+    ``weights`` the parameters and constants it reads; parameters are attributes, never nodes.
+    ``category`` says which hardware unit bounds it (see :mod:`dippm_nas.graph.ops`).
+    """
+
+    id: int
+    op: str
+    kind: str
+    category: str
+    attrs: dict[str, object]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    weights: tuple[Tensor, ...]
+    flops: int
+
+    @property
+    def is_view(self) -> bool:
+        return self.category == "view"
+
+    @property
+    def activation_bytes_read(self) -> int:
+        return sum(t.nbytes for t in self.inputs)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(t.nbytes for t in self.weights)
+
+    @property
+    def bytes_read(self) -> int:
+        return self.activation_bytes_read + self.weight_bytes
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(t.nbytes for t in self.outputs)
+
+    @property
+    def macs(self) -> int:
+        return self.flops // 2 if self.category in MAC_CATEGORIES else 0
+
+
+#: Categories whose FLOPs are multiply-accumulates (reported as MACs, as timm and DIPPM do).
+MAC_CATEGORIES = frozenset({"conv", "matmul", "attention"})
+
+
+@dataclass(frozen=True)
+class ModelGraph:
+    """Operators in a topological order (the order the model runs them) and the tensors between them.
+
+    ``edges`` holds one ``(producer, consumer)`` pair per tensor passed between two operators, so a
+    residual add has two producers. ``outputs`` lists the nodes whose results the model returns.
+    """
+
+    name: str
+    batch: int
+    inputs: tuple[Tensor, ...]
+    nodes: tuple[Node, ...]
+    edges: tuple[tuple[int, int], ...]
+    outputs: tuple[int, ...]
+    param_count: int
+    param_bytes: int
+    source: str = ""
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def flops(self) -> int:
+        return sum(n.flops for n in self.nodes)
+
+    @property
+    def macs(self) -> int:
+        return sum(n.macs for n in self.nodes)
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of every tensor an operator writes (views write none): DIPPM's 'activations'."""
+        return sum(n.bytes_written for n in self.nodes if not n.is_view)
+
+    @cached_property
+    def consumers(self) -> dict[int, tuple[int, ...]]:
+        out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+        for src, dst in self.edges:
+            out[src].append(dst)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def producers(self) -> dict[int, tuple[int, ...]]:
+        out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+        for src, dst in self.edges:
+            out[dst].append(src)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in self.nodes:
+            counts[node.kind] = counts.get(node.kind, 0) + 1
+        return counts
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "batch": self.batch,
+            "nodes": len(self.nodes),
+            "edges": len(self.edges),
+            "gflops": self.flops / 1e9,
+            "gmacs": self.macs / 1e9,
+            "params_m": self.param_count / 1e6,
+            "param_mib": self.param_bytes / 2**20,
+            "activation_mib": self.activation_bytes / 2**20,
+        }

@@ -1,0 +1,173 @@
+"""The operator vocabulary: what each Relax operator is, which unit bounds it, and its FLOPs.
+
+A registry, not an if-chain: :func:`register` adds an operator. Operators not registered still become
+nodes (kind ``other``, one FLOP per output element), so an unfamiliar model never fails here.
+
+FLOP conventions (one multiply-add is two FLOPs; MACs are reported separately for conv, matmul and
+attention, as timm and DIPPM count them):
+
+* convolution: ``2 * numel(out) * (C_in / groups) * prod(kernel)``
+* transposed convolution: ``2 * numel(in) * (C_out / groups) * prod(kernel)``
+* matmul ``[..., M, K] @ [..., K, N]``: ``2 * numel(out) * K``
+* attention ``softmax(Q K^T) V`` over ``[B, S, H, D]``: ``2 * B * H * S_q * S_k * (D + D_v)``
+  (the two matmuls; the softmax is counted with the elementwise work of the other operators)
+* normalisation: ``NORM_FLOPS_PER_ELEMENT`` per element; softmax ``SOFTMAX_FLOPS_PER_ELEMENT``
+* elementwise, activations and reductions: one per element written (per element read for
+  reductions), the fvcore convention
+* pooling: ``numel(out) * prod(window)``; data movement and views: zero
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from dippm_nas.graph.model_graph import Tensor, numel
+
+#: mean, variance, subtract, divide, scale-and-shift.
+NORM_FLOPS_PER_ELEMENT = 5
+#: max, subtract, exp, sum, divide.
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+
+FlopRule = Callable[[list[Tensor], list[Tensor], Mapping[str, object]], int]
+
+#: Categories: which hardware unit bounds an operator in the cost model.
+CATEGORIES = (
+    "conv", "matmul", "attention", "norm", "activation", "elementwise", "reduce", "pool", "softmax",
+    "movement", "view", "other",
+)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    kind: str
+    category: str
+    flops: FlopRule
+
+
+_REGISTRY: dict[str, OpSpec] = {}
+
+
+def register(names: str | tuple[str, ...], category: str, flops: FlopRule) -> None:
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}")
+    for name in (names,) if isinstance(names, str) else names:
+        kind = name.removeprefix("relax.").removeprefix("nn.").replace(".", "_")
+        _REGISTRY[name] = OpSpec(kind=kind, category=category, flops=flops)
+
+
+def lookup(op_name: str) -> OpSpec | None:
+    return _REGISTRY.get(op_name)
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every node kind, sorted, then ``other``: the one-hot positions of the node features."""
+    return tuple(sorted({spec.kind for spec in _REGISTRY.values()})) + ("other",)
+
+
+# ---- FLOP rules ---------------------------------------------------------------------------------
+
+
+def _zero(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return 0
+
+
+def _per_output(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return sum(t.numel for t in outs)
+
+
+def _per_input(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return args[0].numel if args else 0
+
+
+def _conv(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    weight = args[1].shape  # O, I/groups, *kernel (OIHW family of layouts)
+    return 2 * outs[0].numel * math.prod(weight[1:])
+
+
+def _conv_transpose(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    weight = args[1].shape  # I, O/groups, *kernel (IOHW)
+    return 2 * args[0].numel * math.prod(weight[1:])
+
+
+def _matmul(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    k = args[0].shape[-1] if args[0].shape else 1
+    return 2 * outs[0].numel * k
+
+
+def _linear(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return 2 * outs[0].numel * args[0].shape[-1]
+
+
+def _attention(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    q, k, v = (t.shape for t in args[:3])  # [B, S, H, D]
+    batch, s_q, heads, d = q
+    s_k, d_v = k[1], v[-1]
+    return 2 * batch * heads * s_q * s_k * (d + d_v)
+
+
+def _norm(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return NORM_FLOPS_PER_ELEMENT * args[0].numel
+
+
+def _softmax(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return SOFTMAX_FLOPS_PER_ELEMENT * args[0].numel
+
+
+def _pool(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    window = attrs.get("pool_size") or ()
+    return outs[0].numel * math.prod(window)  # type: ignore[arg-type]
+
+
+def _adaptive_pool(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    return args[0].numel
+
+
+# ---- the vocabulary -----------------------------------------------------------------------------
+
+register(("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"), "conv", _conv)
+register(("relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose"),
+         "conv", _conv_transpose)
+register("relax.matmul", "matmul", _matmul)
+register("relax.linear", "matmul", _linear)
+register("relax.einsum", "matmul", _per_output)
+register(("relax.nn.attention", "relax.nn.attention_bias"), "attention", _attention)
+register(("relax.nn.batch_norm", "relax.nn.layer_norm", "relax.nn.group_norm", "relax.nn.rms_norm",
+          "relax.nn.instance_norm", "relax.nn.local_response_norm"), "norm", _norm)
+register(("relax.nn.softmax", "relax.nn.log_softmax"), "softmax", _softmax)
+register(("relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid",
+          "relax.tanh", "relax.nn.leakyrelu", "relax.nn.prelu", "relax.nn.selu", "relax.nn.softplus",
+          "relax.nn.elu", "relax.nn.celu", "relax.hardswish", "relax.nn.hardswish", "relax.clip",
+          "relax.erf", "relax.exp", "relax.log", "relax.sqrt", "relax.rsqrt", "relax.abs",
+          "relax.negative", "relax.sin", "relax.cos", "relax.square", "relax.sign", "relax.floor",
+          "relax.ceil", "relax.round", "relax.trunc", "relax.logical_not", "relax.isnan",
+          "relax.isinf", "relax.reciprocal", "relax.nn.mish"), "activation", _per_output)
+register(("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
+          "relax.power", "relax.maximum", "relax.minimum", "relax.where", "relax.equal",
+          "relax.not_equal", "relax.less", "relax.greater", "relax.less_equal",
+          "relax.greater_equal", "relax.logical_and", "relax.logical_or", "relax.floor_mod",
+          "relax.mod", "relax.bitwise_and", "relax.bitwise_or", "relax.astype", "relax.nn.dropout",
+          "relax.atan2", "relax.ewise_fma", "relax.log_add_exp"), "elementwise", _per_output)
+register(("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance",
+          "relax.std", "relax.argmax", "relax.argmin", "relax.cumsum", "relax.cumprod",
+          "relax.collapse_sum_like", "relax.collapse_sum_to", "relax.norm", "relax.topk",
+          "relax.sort", "relax.argsort"), "reduce", _per_input)
+register(("relax.nn.max_pool1d", "relax.nn.max_pool2d", "relax.nn.max_pool3d", "relax.nn.avg_pool1d",
+          "relax.nn.avg_pool2d", "relax.nn.avg_pool3d"), "pool", _pool)
+register(("relax.nn.adaptive_avg_pool1d", "relax.nn.adaptive_avg_pool2d",
+          "relax.nn.adaptive_avg_pool3d", "relax.nn.adaptive_max_pool2d"), "pool", _adaptive_pool)
+register(("relax.concat", "relax.nn.pad", "relax.take", "relax.tile", "relax.repeat", "relax.flip",
+          "relax.image.resize2d", "relax.image.grid_sample", "relax.gather_elements",
+          "relax.gather_nd", "relax.scatter_elements", "relax.scatter_nd", "relax.one_hot",
+          "relax.layout_transform", "relax.stack", "relax.index_put", "relax.index_tensor",
+          "relax.dynamic_strided_slice", "relax.roll", "relax.tril", "relax.triu", "relax.meshgrid",
+          "relax.zeros", "relax.ones", "relax.full", "relax.zeros_like", "relax.ones_like",
+          "relax.full_like", "relax.arange", "relax.nn.pixel_shuffle", "relax.hamming_window",
+          "relax.eye", "relax.eye_like", "relax.masked_fill", "relax.image.resize3d",
+          "relax.slice_scatter"), "movement", _zero)
+# Views in PyTorch eager: no kernel, no bytes moved.
+register(("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
+          "relax.flatten", "relax.broadcast_to", "relax.strided_slice", "relax.split",
+          "relax.split_like", "relax.unbind", "relax.view", "relax.memory.view",
+          "relax.nn.batch_flatten"), "view", _zero)

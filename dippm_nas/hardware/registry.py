@@ -1,0 +1,228 @@
+"""The device registry: every GPU of ``data/gpu_specs.csv`` with its MIG table.
+
+Devices are data: adding a GPU is adding a row to the CSV files shipped in ``data/`` (copied from the
+project's reference sheets, whose caveats are kept in ``data/SOURCES.md``). Each device keeps the
+sheet's ``verified`` flag and note, so a prediction can say how firm the numbers under it are.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+
+from dippm_nas.errors import DippmError, UnknownDeviceError, suggest
+
+GIB_IN_MIB = 1024.0
+
+#: Precisions a prediction can be made for, and what each means for PyTorch inference.
+PRECISIONS: dict[str, str] = {
+    "fp32": "float32 weights and activations; PyTorch defaults (cuDNN convolutions may use TF32, "
+    "matmuls do not)",
+    "tf32": "float32 storage with TF32 tensor-core math for matmuls and convolutions",
+    "fp16": "float16 autocast (torch.autocast(dtype=torch.float16))",
+    "bf16": "bfloat16 autocast (torch.autocast(dtype=torch.bfloat16))",
+}
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One MIG instance profile: what a process placed in it can use."""
+
+    name: str
+    max_instances: int
+    usable_gib: float
+    sm_count: int
+    copy_engines: int
+    note: str = ""
+
+    @property
+    def usable_mib(self) -> float:
+        return self.usable_gib * GIB_IN_MIB
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU's spec sheet. Throughputs are dense peaks in TFLOP/s, bandwidth in GB/s."""
+
+    key: str
+    name: str
+    sm_count: int
+    boost_mhz: float | None
+    fp32_tflops: float
+    tf32_tflops: float | None
+    fp16_tflops: float | None
+    bf16_tflops: float | None
+    memory_gib: float
+    memory_bw_gbs: float
+    l2_mb: float
+    tdp_w: float
+    verified: str
+    note: str = ""
+    mig_profiles: tuple[MigProfile, ...] = field(default=())
+    #: For a MIG slice, the profile it stands for; None for a whole GPU.
+    slice_of: str | None = None
+
+    @property
+    def has_mig(self) -> bool:
+        return bool(self.mig_profiles)
+
+    @property
+    def memory_mib(self) -> float:
+        return self.memory_gib * GIB_IN_MIB
+
+    def tensor_tflops(self, precision: str) -> float:
+        """Peak of the units that run matmuls and convolutions at ``precision``."""
+        check_precision(precision)
+        peak = {
+            "fp32": self.fp32_tflops,
+            "tf32": self.tf32_tflops,
+            "fp16": self.fp16_tflops,
+            "bf16": self.bf16_tflops,
+        }[precision]
+        if peak is None:
+            supported = [p for p in PRECISIONS if p == "fp32" or getattr(self, f"{p}_tflops")]
+            raise DippmError(
+                f"{self.key} ({self.name}) has no {precision} tensor cores in its spec sheet; "
+                f"choose one of: {', '.join(supported)}."
+            )
+        return peak
+
+    def mig_profile(self, name: str) -> MigProfile:
+        for profile in self.mig_profiles:
+            if profile.name == name:
+                return profile
+        if not self.mig_profiles:
+            raise DippmError(f"{self.key} ({self.name}) does not support MIG; it has no profile {name!r}.")
+        known = [p.name for p in self.mig_profiles]
+        raise DippmError(
+            f"unknown MIG profile {name!r} for {self.key}; its profiles are: {', '.join(known)}."
+            + suggest(name, known)
+        )
+
+    def as_slice(self, profile: MigProfile) -> Device:
+        """The device a process sees inside one MIG instance of this GPU.
+
+        A slice keeps the clocks, so compute peaks scale with its SM count; memory bandwidth scales
+        with its share of the memory slices, which is its usable memory over the largest profile's.
+        """
+        full = max(p.usable_gib for p in self.mig_profiles)
+        compute = profile.sm_count / self.sm_count
+        memory = profile.usable_gib / full
+
+        def scaled(value: float | None) -> float | None:
+            return None if value is None else value * compute
+
+        return replace(
+            self,
+            key=f"{self.key}:{profile.name}",
+            name=f"{self.name} MIG {profile.name}",
+            sm_count=profile.sm_count,
+            fp32_tflops=self.fp32_tflops * compute,
+            tf32_tflops=scaled(self.tf32_tflops),
+            fp16_tflops=scaled(self.fp16_tflops),
+            bf16_tflops=scaled(self.bf16_tflops),
+            memory_gib=profile.usable_gib,
+            memory_bw_gbs=self.memory_bw_gbs * memory,
+            l2_mb=self.l2_mb * memory,
+            tdp_w=self.tdp_w * compute,
+            mig_profiles=(),
+            slice_of=profile.name,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "sm_count": self.sm_count,
+            "boost_mhz": self.boost_mhz,
+            "fp32_tflops": self.fp32_tflops,
+            "tf32_tflops": self.tf32_tflops,
+            "fp16_tflops": self.fp16_tflops,
+            "bf16_tflops": self.bf16_tflops,
+            "memory_gib": self.memory_gib,
+            "memory_bw_gbs": self.memory_bw_gbs,
+            "l2_mb": self.l2_mb,
+            "tdp_w": self.tdp_w,
+            "verified": self.verified,
+            "note": self.note,
+            "mig_profiles": [vars(p) | {"usable_mib": p.usable_mib} for p in self.mig_profiles],
+        }
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise DippmError(
+            f"unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}."
+            + suggest(precision, PRECISIONS)
+        )
+    return precision
+
+
+def _optional(value: str) -> float | None:
+    return float(value) if value.strip() else None
+
+
+def _read_csv(name: str) -> list[dict[str, str]]:
+    text = resources.files("dippm_nas.hardware").joinpath("data", name).read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+@cache
+def _registry() -> dict[str, Device]:
+    profiles: dict[str, list[MigProfile]] = {}
+    for row in _read_csv("mig_profiles.csv"):
+        profiles.setdefault(row["gpu"], []).append(
+            MigProfile(
+                name=row["profile"],
+                max_instances=int(row["max_instances"]),
+                usable_gib=float(row["usable_gib"]),
+                sm_count=int(row["sm_count"]),
+                copy_engines=int(row["copy_engines"]),
+                note=row["note"],
+            )
+        )
+    devices = {}
+    for row in _read_csv("gpu_specs.csv"):
+        key = row["key"]
+        devices[key] = Device(
+            key=key,
+            name=row["name"],
+            sm_count=int(row["sm_count"]),
+            boost_mhz=_optional(row["boost_mhz"]),
+            fp32_tflops=float(row["fp32_tflops"]),
+            tf32_tflops=_optional(row["tf32_tflops"]),
+            fp16_tflops=_optional(row["fp16_tensor_tflops_dense"]),
+            bf16_tflops=_optional(row["bf16_tensor_tflops_dense"]),
+            memory_gib=float(row["memory_gib"]),
+            memory_bw_gbs=float(row["memory_bw_gbs"]),
+            l2_mb=float(row["l2_mb"]),
+            tdp_w=float(row["tdp_w"]),
+            verified=row["verified"],
+            note=row["note"],
+            mig_profiles=tuple(sorted(profiles.get(key, ()), key=lambda p: (p.usable_gib, p.sm_count))),
+        )
+        if row["mig"] == "yes" and key not in profiles:
+            raise RuntimeError(f"gpu_specs.csv says {key} has MIG but mig_profiles.csv lists none")
+    return devices
+
+
+def list_devices() -> list[Device]:
+    """Every registered GPU, in the order of the spec sheet."""
+    return list(_registry().values())
+
+
+def get_device(key: str | Device) -> Device:
+    """A device by registry key (``a100-40gb``), or a MIG slice as ``a100-40gb:1g.5gb``."""
+    if isinstance(key, Device):
+        return key
+    base, _, profile = key.strip().lower().partition(":")
+    devices = _registry()
+    if base not in devices:
+        raise UnknownDeviceError(
+            f"unknown device {key!r}; known devices: {', '.join(devices)}." + suggest(base, devices)
+            + " Run `dippm-nas devices` for their specs."
+        )
+    device = devices[base]
+    return device.as_slice(device.mig_profile(profile)) if profile else device

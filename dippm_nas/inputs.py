@@ -1,0 +1,78 @@
+"""Input specs: the shape and dtype of each model input, without the batch dimension."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dippm_nas.errors import InputSpecError
+
+DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "bool")
+IMAGE_SHAPE = (3, 224, 224)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input. ``shape`` excludes the batch dimension, which the prediction adds."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    name: str = "x"
+
+    def __post_init__(self) -> None:
+        if not self.shape or any(not isinstance(d, int) or d <= 0 for d in self.shape):
+            raise InputSpecError(
+                f"input {self.name!r} has shape {self.shape}; every dimension must be a positive integer "
+                "(leave the batch dimension out: e.g. 3,224,224 for an image, 128 for token ids)."
+            )
+        if self.dtype not in DTYPES:
+            raise InputSpecError(f"input {self.name!r} has dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}.")
+
+    def with_batch(self, batch: int) -> tuple[int, ...]:
+        return (batch, *self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.name}={','.join(map(str, self.shape))}:{self.dtype}"
+
+
+InputSpec = tuple[TensorSpec, ...]
+InputLike = Sequence[int] | TensorSpec | Sequence[TensorSpec] | str | None
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)``."""
+    parts = [p for p in re.split(r"[,x\s]+", text.strip().strip("()[]")) if p]
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise InputSpecError(
+            f"cannot read the shape {text!r}: give integers separated by commas, without the batch, "
+            "e.g. 3,224,224."
+        ) from None
+
+
+def parse_tensor_spec(text: str, index: int = 0) -> TensorSpec:
+    """``"input_ids=128:int64"``, ``"128:int64"`` or ``"3,224,224"``."""
+    name, _, rest = text.rpartition("=") if "=" in text else ("", "", text)
+    shape_text, _, dtype = rest.partition(":")
+    return TensorSpec(parse_shape(shape_text), dtype or "float32", name or f"input{index}")
+
+
+def normalize_inputs(inputs: InputLike) -> InputSpec | None:
+    """Accept a shape, a spec, a list of specs or a CLI string; None means 'the model's default'."""
+    if inputs is None:
+        return None
+    if isinstance(inputs, str):
+        return tuple(parse_tensor_spec(part, i) for i, part in enumerate(inputs.split(";")) if part.strip())
+    if isinstance(inputs, TensorSpec):
+        return (inputs,)
+    items = list(inputs)
+    if items and all(isinstance(i, TensorSpec) for i in items):
+        return tuple(items)  # type: ignore[arg-type]
+    if items and all(isinstance(i, int) for i in items):
+        return (TensorSpec(tuple(items), "float32", "x"),)  # type: ignore[arg-type]
+    raise InputSpecError(
+        f"cannot read the input spec {inputs!r}: give a shape such as (3, 224, 224) or a list of "
+        "dippm_nas.TensorSpec(shape, dtype, name)."
+    )
