@@ -103,6 +103,7 @@ class ModelGraph:
     param_count: int
     param_bytes: int
     source: str = ""
+    family: str = ""
     warnings: tuple[str, ...] = field(default=())
 
     @property

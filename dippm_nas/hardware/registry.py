@@ -26,6 +26,11 @@ PRECISIONS: dict[str, str] = {
 }
 
 
+#: MIG-capable GPUs that mig_profiles.csv gives no table for, and the GPU whose table they share
+#: (same chip, same memory size).
+BORROWED_MIG_TABLES = {"a100-40gb-pcie": "a100-40gb"}
+
+
 @dataclass(frozen=True)
 class MigProfile:
     """One MIG instance profile: what a process placed in it can use."""
@@ -183,6 +188,12 @@ def _registry() -> dict[str, Device]:
                 note=row["note"],
             )
         )
+    for key, donor in BORROWED_MIG_TABLES.items():
+        profiles.setdefault(key, [
+            replace(p, note=f"table of {donor} (same chip and memory), not verified on {key}"
+                    + (f"; {p.note}" if p.note else ""))
+            for p in profiles[donor]
+        ])
     devices = {}
     for row in _read_csv("gpu_specs.csv"):
         key = row["key"]
@@ -201,7 +212,8 @@ def _registry() -> dict[str, Device]:
             tdp_w=float(row["tdp_w"]),
             verified=row["verified"],
             note=row["note"],
-            mig_profiles=tuple(sorted(profiles.get(key, ()), key=lambda p: (p.usable_gib, p.sm_count))),
+            mig_profiles=tuple(sorted(profiles.get(key, ()), key=lambda p: (p.usable_gib, p.sm_count)))
+            if row["mig"] == "yes" else (),
         )
         if row["mig"] == "yes" and key not in profiles:
             raise RuntimeError(f"gpu_specs.csv says {key} has MIG but mig_profiles.csv lists none")

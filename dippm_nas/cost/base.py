@@ -1,0 +1,101 @@
+"""What every cost model returns, and the registry that names them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from dippm_nas.errors import DippmError, suggest
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.hardware.registry import Device
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """One operator's share of the latency: which resource bounds it, and for how long."""
+
+    node: int
+    op: str
+    time_ms: float
+    flops: int
+    bytes: int
+    bound: str  # "compute", "memory", "overhead" or "free" (a view)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    context_mib: float
+    weights_mib: float
+    activations_mib: float
+    workspace_mib: float
+
+    @property
+    def total_mib(self) -> float:
+        return self.context_mib + self.weights_mib + self.activations_mib + self.workspace_mib
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A cost model's answer for one graph on one device at one precision."""
+
+    latency_ms: float
+    energy_j: float
+    memory_mib: float
+    cost_model: str
+    memory: MemoryBreakdown | None = None
+    nodes: tuple[NodeCost, ...] = field(default=(), repr=False)
+    notes: tuple[str, ...] = ()
+
+    def top_nodes(self, n: int = 10) -> list[NodeCost]:
+        """The operators that dominate the latency."""
+        return sorted(self.nodes, key=lambda c: c.time_ms, reverse=True)[:n]
+
+
+class CostModel(Protocol):
+    name: str
+
+    def estimate(self, graph: ModelGraph, device: Device, precision: str) -> Estimate: ...
+
+
+_COST_MODELS: dict[str, Callable[[], CostModel]] = {}
+
+
+def register_cost_model(name: str, factory: Callable[[], CostModel]) -> None:
+    _COST_MODELS[name] = factory
+
+
+def get_cost_model(name: str) -> CostModel:
+    if name not in _COST_MODELS:
+        raise DippmError(f"unknown cost model {name!r}; known: {', '.join(_COST_MODELS)}." + suggest(name, _COST_MODELS))
+    return _COST_MODELS[name]()
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Latency, energy and memory of one inference of a batch, and the MIG slice that holds it.
+
+    ``memory_mb`` is in MiB, the unit nvidia-smi and NVML print as "MB"; ``energy_j`` is per batch.
+    ``cost_model`` says which model produced the numbers; ``notes`` say what to be careful about.
+    """
+
+    model: str
+    latency_ms: float
+    energy_j: float
+    memory_mb: float
+    mig_profile: str | None
+    device: str
+    precision: str
+    batch: int
+    cost_model: str
+    mig_reason: str = ""
+    gflops: float = 0.0
+    params_m: float = 0.0
+    notes: tuple[str, ...] = ()
+    estimate: Estimate | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out.pop("estimate")
+        out["notes"] = list(self.notes)
+        return out

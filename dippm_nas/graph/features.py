@@ -1,0 +1,90 @@
+"""Features for learning: per-node vectors, per-graph static features, torch-geometric export."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dippm_nas.graph import ops
+from dippm_nas.graph.model_graph import ModelGraph, Node
+
+MAX_RANK = 5
+_SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
+
+
+def _log(value: float) -> float:
+    return math.log1p(max(value, 0.0))
+
+
+def _pair(value: object, n: int = 2) -> list[float]:
+    items = list(value) if isinstance(value, tuple | list) else ([value] if value is not None else [])
+    items = [float(v) for v in items if isinstance(v, int | float)][:n]
+    return items + [0.0] * (n - len(items))
+
+
+def node_feature_names() -> list[str]:
+    kinds = [f"kind={k}" for k in ops.vocabulary()]
+    cats = [f"category={c}" for c in ops.CATEGORIES]
+    numeric = ["log_flops", "log_bytes_read", "log_bytes_written", "log_weight_bytes", "kernel_h",
+               "kernel_w", "log_groups", "n_inputs", "rank"]
+    attrs = [f"{a}_{i}" for a in _SPATIAL_ATTRS for i in range(2)]
+    shape = [f"log_out_dim{i}" for i in range(MAX_RANK)]
+    return kinds + cats + numeric + attrs + shape
+
+
+def node_features(node: Node, kinds: dict[str, int]) -> list[float]:
+    one_hot = [0.0] * len(kinds)
+    one_hot[kinds.get(node.kind, kinds["other"])] = 1.0
+    category = [1.0 if node.category == c else 0.0 for c in ops.CATEGORIES]
+    kernel = node.weights[0].shape[2:4] if node.category == "conv" and node.weights else ()
+    out = node.outputs[0].shape if node.outputs else ()
+    numeric = [
+        _log(node.flops), _log(node.bytes_read), _log(node.bytes_written), _log(node.weight_bytes),
+        *_pair(tuple(kernel)), _log(float(node.attrs.get("groups", 1) or 1)),  # type: ignore[arg-type]
+        float(len(node.inputs)), float(len(out)),
+    ]
+    attrs = [v for a in _SPATIAL_ATTRS for v in _pair(node.attrs.get(a))]
+    shape = [_log(d) for d in out[-MAX_RANK:]] + [0.0] * (MAX_RANK - min(len(out), MAX_RANK))
+    return one_hot + category + numeric + attrs + shape
+
+
+def static_feature_names() -> list[str]:
+    base = ["batch", "log_flops", "log_macs", "log_params", "log_param_bytes", "log_activation_bytes",
+            "n_nodes", "n_edges", "dippm_convs", "dippm_dense", "dippm_relus"]
+    return base + [f"count={k}" for k in ops.vocabulary()]
+
+
+def static_features(graph: ModelGraph) -> dict[str, float]:
+    """Per-graph features; DIPPM's five (MACs, batch, #conv, #dense, #relu) are among them."""
+    counts = graph.op_counts()
+    vocab = ops.vocabulary()
+    values = {
+        "batch": float(graph.batch),
+        "log_flops": _log(graph.flops),
+        "log_macs": _log(graph.macs),
+        "log_params": _log(graph.param_count),
+        "log_param_bytes": _log(graph.param_bytes),
+        "log_activation_bytes": _log(graph.activation_bytes),
+        "n_nodes": float(len(graph.nodes)),
+        "n_edges": float(len(graph.edges)),
+        "dippm_convs": float(sum(1 for n in graph.nodes if n.category == "conv")),
+        "dippm_dense": float(sum(1 for n in graph.nodes if n.category == "matmul")),
+        "dippm_relus": float(counts.get("relu", 0)),
+    }
+    for kind in vocab:
+        values[f"count={kind}"] = float(counts.get(kind, 0)) if kind != "other" else float(
+            sum(c for k, c in counts.items() if k not in vocab or k == "other"))
+    return values
+
+
+def to_pyg(graph: ModelGraph):
+    """A ``torch_geometric.data.Data`` with ``x``, ``edge_index`` and ``static`` (1 x F)."""
+    from torch_geometric.data import Data
+
+    kinds = {k: i for i, k in enumerate(ops.vocabulary())}
+    x = torch.tensor([node_features(n, kinds) for n in graph.nodes], dtype=torch.float32)
+    edge_index = torch.tensor(graph.edges, dtype=torch.long).t().contiguous() if graph.edges \
+        else torch.zeros((2, 0), dtype=torch.long)
+    static = torch.tensor([list(static_features(graph).values())], dtype=torch.float32)
+    return Data(x=x, edge_index=edge_index, static=static, num_nodes=len(graph.nodes))

@@ -1,0 +1,50 @@
+"""Deterministic structural signatures of a graph and of any subgraph, for caches.
+
+Each node hashes its own label (kind, structural attributes, shapes) together with the sorted
+hashes of its producers, as a Merkle DAG does; a graph's signature hashes the sorted multiset of its
+node hashes. So the signature depends on structure alone: not on node numbering, not on the order a
+frontend emitted independent operators in, not on names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+
+from dippm_nas.graph.model_graph import ModelGraph, Node
+
+#: Attributes that name a layout or a dtype rather than change the computation's structure.
+COSMETIC_ATTRS = frozenset({"data_layout", "kernel_layout", "out_layout", "layout", "out_dtype", "aten"})
+
+
+def _digest(payload: object) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def node_label(node: Node) -> list[object]:
+    attrs = {k: v for k, v in node.attrs.items() if k not in COSMETIC_ATTRS}
+    return [
+        node.kind,
+        attrs,
+        [list(t.shape) for t in node.inputs],
+        [[list(t.shape), t.dtype] for t in node.outputs],
+        sorted(list(t.shape) for t in node.weights),
+    ]
+
+
+def node_hashes(graph: ModelGraph, subset: Iterable[int] | None = None) -> dict[int, str]:
+    """Merkle hash of each node in ``subset`` (all nodes by default) over producers inside it."""
+    inside = set(subset) if subset is not None else {n.id for n in graph.nodes}
+    hashes: dict[int, str] = {}
+    for node in graph.nodes:  # topological order: producers come first
+        if node.id not in inside:
+            continue
+        parents = sorted(hashes[p] for p in graph.producers[node.id] if p in inside)
+        hashes[node.id] = _digest([node_label(node), parents])
+    return hashes
+
+
+def graph_signature(graph: ModelGraph, subset: Iterable[int] | None = None) -> str:
+    """Signature of the whole graph, or of the subgraph induced by ``subset``."""
+    return _digest(sorted(node_hashes(graph, subset).values()))

@@ -1,0 +1,71 @@
+"""Which MIG slice a model fits, by usable memory with a safety margin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dippm_nas.hardware.registry import Device, MigProfile, get_device
+
+#: Default headroom on top of the predicted memory. NVIDIA's usable memory differs by 1-2 % between
+#: drivers (reference/README.md) and the allocator's fragmentation adds a few percent more.
+DEFAULT_MIG_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class MigChoice:
+    """The chosen profile (None when nothing fits) and why."""
+
+    profile: str | None
+    reason: str
+    required_mib: float
+    usable_mib: float | None = None
+
+
+def required_memory(memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> float:
+    if margin < 0:
+        raise ValueError(f"the MIG safety margin must be >= 0, got {margin}")
+    return memory_mib * (1.0 + margin)
+
+
+def fits(profile: MigProfile, memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> bool:
+    return required_memory(memory_mib, margin) <= profile.usable_mib
+
+
+def select_mig_profile(memory_mib: float, device: str | Device = "a100-40gb",
+                       margin: float = DEFAULT_MIG_MARGIN) -> MigChoice:
+    """The smallest profile whose usable memory holds ``memory_mib * (1 + margin)``.
+
+    Profiles are ordered by usable memory, then by SM count, so of two with the same memory
+    (``1g.10gb`` and ``2g.10gb`` on an A100-40GB) the one with fewer SMs, the cheaper slice, wins.
+    """
+    gpu = get_device(device)
+    need = required_memory(memory_mib, margin)
+    if not gpu.has_mig:
+        return MigChoice(None, f"{gpu.key} ({gpu.name}) does not support MIG", need)
+    for profile in gpu.mig_profiles:
+        if need <= profile.usable_mib:
+            return MigChoice(profile.name, f"{need:.0f} MiB (memory + {margin:.0%} margin) fits in "
+                             f"{profile.usable_mib:.0f} MiB usable", need, profile.usable_mib)
+    largest = gpu.mig_profiles[-1]
+    return MigChoice(None, f"{need:.0f} MiB (memory + {margin:.0%} margin) exceeds the largest profile "
+                     f"{largest.name} ({largest.usable_mib:.0f} MiB usable)", need)
+
+
+#: The paper's thresholds (DIPPM, Eq. 2), in the paper's unit: 1 GB = 1000 MB.
+PAPER_MIG_RULE = (("1g.5gb", 5000.0), ("2g.10gb", 10000.0), ("3g.20gb", 20000.0), ("7g.40gb", 40000.0))
+
+
+def paper_mig_rule(memory_mb: float) -> str | None:
+    """DIPPM's rule for the A100-40GB, kept for comparison only.
+
+    ``1g.5gb`` if 0 < m < 5 GB, ``2g.10gb`` if 5 < m < 10 GB, ``3g.20gb`` if 10 < m < 20 GB,
+    ``7g.40gb`` if 20 < m < 40 GB, else None. The inequalities are strict (a value on a boundary gets
+    no profile), the thresholds are the nominal sizes rather than usable memory (1g.5gb holds only
+    4864 MiB), and 4g.20gb and 1g.10gb are never offered.
+    """
+    lower = 0.0
+    for profile, upper in PAPER_MIG_RULE:
+        if lower < memory_mb < upper:
+            return profile
+        lower = upper
+    return None

@@ -1,0 +1,1 @@
+"""NAS search spaces that build PyTorch models from an Optuna trial (see the Optuna plugin issue)."""
