@@ -72,6 +72,12 @@ def _tensors(ty: object) -> list[Tensor]:
     return [single] if single is not None else []
 
 
+def _is_weight(t: Tensor) -> bool:
+    """Weights are floating-point tensors: integer constants are indices and shapes, and scalars
+    (an attention scale the ONNX exporter stores as an initializer, an epsilon) are literals."""
+    return t.dtype.startswith(("float", "bfloat")) and t.numel > 1
+
+
 def _plain(value: object) -> object:
     if isinstance(value, bool | int | float | str) or value is None:
         return value
@@ -156,8 +162,9 @@ class _Converter:
                 self.env[param] = _Act((), t)
             else:
                 self.env[param] = _Weight(t)
-                param_count += t.numel
-                param_bytes += t.nbytes
+                if _is_weight(t):
+                    param_count += t.numel
+                    param_bytes += t.nbytes
 
         body = func.body
         bindings = [b for block in body.blocks for b in block.bindings]
@@ -167,7 +174,7 @@ class _Converter:
         for binding in bindings:
             self.env[binding.var] = self.bind(binding)
 
-        for const in self.constants.values():
+        for const in filter(_is_weight, self.constants.values()):
             param_count += const.numel
             param_bytes += const.nbytes
         outputs = sorted({p for leaf in self.leaves(self.resolve(body.body)) if isinstance(leaf, _Act)

@@ -22,10 +22,36 @@ def _digest(payload: object) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _round(value: object) -> object:
+    if isinstance(value, float):
+        return float(f"{value:.5g}")  # 1e-05 and float32's 9.9999997e-06 are one epsilon
+    if isinstance(value, tuple):
+        return tuple(_round(v) for v in value)
+    return value
+
+
+def _is_global_pool(node: Node) -> bool:
+    """Global average pooling, however the frontend spelled it."""
+    if node.kind.startswith("adaptive_avg_pool"):
+        return all(d == 1 for d in node.outputs[0].shape[2:])
+    if node.kind == "mean" and node.inputs and node.attrs.get("keepdims"):
+        rank = len(node.inputs[0].shape)
+        axes = node.attrs.get("axis") or ()
+        return rank > 2 and {a % rank for a in axes} == set(range(2, rank))  # type: ignore[union-attr,operator]
+    return False
+
+
+def canonical(node: Node) -> tuple[str, dict[str, object]]:
+    """The node's kind and structural attributes, with equivalent spellings made one."""
+    if _is_global_pool(node):
+        return "global_avg_pool", {}
+    return node.kind, {k: _round(v) for k, v in node.attrs.items() if k not in COSMETIC_ATTRS}
+
+
 def node_label(node: Node) -> list[object]:
-    attrs = {k: v for k, v in node.attrs.items() if k not in COSMETIC_ATTRS}
+    kind, attrs = canonical(node)
     return [
-        node.kind,
+        kind,
         attrs,
         [list(t.shape) for t in node.inputs],
         [[list(t.shape), t.dtype] for t in node.outputs],

@@ -1,0 +1,61 @@
+"""Small models whose graphs are known by hand."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+warnings.filterwarnings("ignore")
+
+
+class SmallCNN(nn.Module):
+    """conv3x3 -> relu -> conv3x3 -> (+ residual) -> global pool -> linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.conv1(x))
+        b = self.conv2(a) + a
+        return self.fc(torch.flatten(self.pool(b), 1))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attn(ln(x)), then + mlp(ln(.))."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, mlp_ratio: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, mlp_ratio * dim)
+        self.fc2 = nn.Linear(mlp_ratio * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        qkv = self.qkv(self.norm1(x)).reshape(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = nn.functional.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.norm2(x))))
+
+
+@pytest.fixture
+def small_cnn() -> nn.Module:
+    with torch.device("meta"):
+        return SmallCNN()
+
+
+@pytest.fixture
+def transformer_block() -> nn.Module:
+    with torch.device("meta"):
+        return TransformerBlock()

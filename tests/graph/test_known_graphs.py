@@ -1,0 +1,154 @@
+"""Graphs whose nodes, edges, FLOPs and parameter bytes are known by hand."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+import torch
+from torch import nn
+
+from dippm_nas import TensorSpec, build_graph
+from dippm_nas.graph.features import node_feature_names, static_features, to_pyg
+from dippm_nas.graph.signature import graph_signature
+
+
+def test_small_cnn_nodes_edges_flops_params(small_cnn):
+    g = build_graph(small_cnn, (3, 8, 8), batch=1)
+    assert [n.kind for n in g.nodes] == ["conv2d", "relu", "conv2d", "add", "adaptive_avg_pool2d", "reshape", "matmul"]
+    # the residual add has two producers: relu (0->1) and conv2 (2)
+    assert g.edges == ((0, 1), (1, 2), (1, 3), (2, 3), (3, 4), (4, 5), (5, 6))
+    assert g.producers[3] == (1, 2)
+    out = 8 * 8 * 8
+    conv1 = 2 * out * 3 * 3 * 3 + out  # conv + fused bias
+    conv2 = 2 * out * 8 * 3 * 3 + out
+    assert [n.flops for n in g.nodes] == [conv1, out, conv2, out, out, 0, 2 * 8 * 10 + 10]
+    assert g.param_count == (8 * 3 * 9 + 8) + (8 * 8 * 9 + 8) + (8 * 10 + 10)
+    assert g.param_bytes == 4 * g.param_count
+    assert g.outputs == (6,)
+    assert g.nodes[0].attrs["strides"] == (1, 1) and g.nodes[0].attrs["padding"] == (1, 1, 1, 1)
+    assert g.nodes[0].bytes_written == out * 4
+    assert g.nodes[3].activation_bytes_read == 2 * out * 4
+
+
+def test_transformer_block_nodes_and_flops(transformer_block):
+    b, s, d, h, dff = 2, 16, 32, 4, 128
+    g = build_graph(transformer_block, TensorSpec((s, d)), batch=b)
+    kinds = [n.kind for n in g.nodes]
+    assert kinds.count("matmul") == 4 and kinds.count("attention") == 1
+    assert kinds.count("layer_norm") == 2 and kinds.count("gelu") == 1 and kinds.count("add") == 2
+    matmuls = [n.flops for n in g.nodes if n.kind == "matmul"]
+    tokens = b * s
+    assert matmuls == [2 * tokens * d * 3 * d + tokens * 3 * d, 2 * tokens * d * d + tokens * d,
+                       2 * tokens * d * dff + tokens * dff, 2 * tokens * dff * d + tokens * d]
+    attention = next(n for n in g.nodes if n.kind == "attention")
+    assert attention.flops == 2 * b * h * s * s * (d // h) * 2
+    # both residual adds read two activations; the second reads the first add and fc2
+    adds = [n for n in g.nodes if n.kind == "add"]
+    assert len(g.producers[adds[1].id]) == 2 and adds[0].id in g.producers[adds[1].id]
+    assert g.param_count == 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * dff + dff) + (dff * d + d)
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,groups,hw", [(3, 16, 3, 1, 1, 32), (16, 32, 5, 2, 1, 17), (32, 32, 3, 1, 32, 14)])
+def test_conv_flops_textbook(cin, cout, k, stride, groups, hw):
+    with torch.device("meta"):
+        m = nn.Conv2d(cin, cout, k, stride=stride, groups=groups, bias=False)
+    g = build_graph(m, (cin, hw, hw), batch=2)
+    (node,) = g.nodes
+    ho = (hw - k) // stride + 1
+    assert node.flops == 2 * (2 * cout * ho * ho) * (cin // groups) * k * k
+    assert node.macs == node.flops // 2
+
+
+def test_linear_and_matmul_flops_textbook():
+    with torch.device("meta"):
+        m = nn.Linear(64, 48, bias=False)
+    (node,) = build_graph(m, (10, 64), batch=3).nodes
+    assert node.flops == 2 * 3 * 10 * 64 * 48
+
+    class BatchedMatmul(nn.Module):
+        def forward(self, a, b):
+            return a @ b
+
+    g = build_graph(BatchedMatmul(), [TensorSpec((4, 7, 5), name="a"), TensorSpec((4, 5, 9), name="b")], batch=2)
+    (node,) = g.nodes
+    assert node.flops == 2 * (2 * 4 * 7 * 9) * 5
+    assert len(node.inputs) == 2 and not node.weights
+
+
+def test_attention_flops_textbook():
+    class Attention(nn.Module):
+        def forward(self, q, k, v):
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+
+    b, h, sq, sk, d = 2, 3, 10, 12, 16
+    specs = [TensorSpec((h, sq, d), name="q"), TensorSpec((h, sk, d), name="k"), TensorSpec((h, sk, d), name="v")]
+    g = build_graph(Attention(), specs, batch=b)
+    (node,) = [n for n in g.nodes if n.kind == "attention"]
+    assert node.flops == 2 * b * h * sq * sk * d + 2 * b * h * sq * sk * d
+
+
+def _export_onnx(module: nn.Module, shape: tuple[int, ...], path) -> str:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        torch.onnx.export(module.eval(), (torch.randn(*shape),), str(path), dynamo=True)
+    return str(path)
+
+
+def test_torch_and_onnx_give_the_same_graph(tmp_path):
+    from conftest import SmallCNN
+
+    path = _export_onnx(SmallCNN(), (2, 3, 8, 8), tmp_path / "cnn.onnx")
+    with torch.device("meta"):
+        model = SmallCNN()
+    g_torch = build_graph(model, (3, 8, 8), batch=2)
+    g_onnx = build_graph(path, batch=2)
+    assert g_onnx.flops == g_torch.flops
+    assert g_onnx.param_bytes == g_torch.param_bytes
+    assert len(g_onnx.edges) == len(g_torch.edges)
+    assert graph_signature(g_onnx) == graph_signature(g_torch)
+
+
+def test_torch_and_onnx_transformer_same_macs(tmp_path):
+    """ONNX spells attention as matmul + softmax: the MACs agree, the signatures cannot."""
+    from conftest import TransformerBlock
+
+    block = TransformerBlock()
+    for p in block.parameters():  # distinct values, so the exporter cannot merge equal initializers
+        nn.init.normal_(p)
+    path = _export_onnx(block, (2, 16, 32), tmp_path / "block.onnx")
+    with torch.device("meta"):
+        model = TransformerBlock()
+    g_torch = build_graph(model, TensorSpec((16, 32)), batch=2)
+    g_onnx = build_graph(path, batch=2)
+    assert g_onnx.macs == g_torch.macs
+    assert g_onnx.param_bytes == g_torch.param_bytes
+
+
+def test_signature_is_structural(small_cnn):
+    a = build_graph(small_cnn, (3, 8, 8), batch=1)
+    b = build_graph(small_cnn, (3, 8, 8), batch=1)
+    c = build_graph(small_cnn, (3, 8, 8), batch=2)
+    assert graph_signature(a) == graph_signature(b)
+    assert graph_signature(a) != graph_signature(c)
+    # a subgraph's signature ignores what lies outside it
+    assert graph_signature(a, [0, 1]) == graph_signature(b, [0, 1]) != graph_signature(a, [0, 1, 2])
+
+
+def test_pyg_export(small_cnn):
+    g = build_graph(small_cnn, (3, 8, 8), batch=4)
+    data = to_pyg(g)
+    assert data.x.shape == (len(g.nodes), len(node_feature_names()))
+    assert data.edge_index.shape == (2, len(g.edges))
+    feats = static_features(g)
+    assert feats["batch"] == 4 and feats["dippm_convs"] == 2 and feats["dippm_dense"] == 1
+    assert data.static.shape == (1, len(feats))
+
+
+def test_featurizing_never_materializes_weights():
+    """A ~1.6-billion-parameter MLP featurizes from the meta device in seconds, without memory."""
+    with torch.device("meta"):
+        model = nn.Sequential(*[nn.Linear(8192, 8192) for _ in range(24)])
+    g = build_graph(model, (8192,), batch=1)
+    assert g.param_count == 24 * (8192 * 8192 + 8192)
+    assert all(p.device.type == "meta" for p in model.parameters())
