@@ -3,23 +3,42 @@
 >>> import dippm_nas
 >>> p = dippm_nas.predict("resnet50", batch=8, device="a100-40gb")  # doctest: +SKIP
 >>> print(p.latency_ms, p.energy_j, p.memory_mb, p.mig_profile)    # doctest: +SKIP
+
+The public names load on first use, so that ``dippm_nas.measure`` (the ground-truth harness) runs on
+a GPU machine that has PyTorch and timm but not TVM.
 """
 
-from dippm_nas.cost import CostModel, Estimate, Prediction, get_cost_model
-from dippm_nas.errors import DippmError
-from dippm_nas.frontends import LoadedModel, load_model
-from dippm_nas.graph import ModelGraph, relax_to_graph
-from dippm_nas.hardware import (
-    Device, MigProfile, get_device, list_devices, paper_mig_rule, select_mig_profile,
-)
-from dippm_nas.inputs import TensorSpec
-from dippm_nas.predict import SliceEstimate, build_graph, mig_table, predict, predict_graph
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CostModel", "Device", "DippmError", "Estimate", "LoadedModel", "MigProfile", "ModelGraph",
-    "Prediction", "SliceEstimate", "TensorSpec", "build_graph", "get_cost_model", "get_device",
-    "list_devices", "load_model", "mig_table", "paper_mig_rule", "predict", "predict_graph",
-    "relax_to_graph", "select_mig_profile",
-]
+_EXPORTS = {
+    "CostModel": "dippm_nas.cost", "Estimate": "dippm_nas.cost", "Prediction": "dippm_nas.cost",
+    "get_cost_model": "dippm_nas.cost",
+    "DippmError": "dippm_nas.errors",
+    "LoadedModel": "dippm_nas.frontends", "load_model": "dippm_nas.frontends",
+    "ModelGraph": "dippm_nas.graph", "relax_to_graph": "dippm_nas.graph",
+    "Device": "dippm_nas.hardware", "MigProfile": "dippm_nas.hardware", "get_device": "dippm_nas.hardware",
+    "list_devices": "dippm_nas.hardware", "paper_mig_rule": "dippm_nas.hardware",
+    "select_mig_profile": "dippm_nas.hardware",
+    "TensorSpec": "dippm_nas.inputs",
+    "SliceEstimate": "dippm_nas.predict", "build_graph": "dippm_nas.predict", "mig_table": "dippm_nas.predict",
+    "predict": "dippm_nas.predict", "predict_graph": "dippm_nas.predict",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dippm_nas' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

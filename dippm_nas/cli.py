@@ -127,6 +127,37 @@ def cmd_mig(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_manifest(args: argparse.Namespace) -> int:
+    from dippm_nas.measure.config import write_manifest
+    from dippm_nas.measure.manifest import build_manifest
+
+    configs = build_manifest(args.seed, args.per_family, _ints(args.batches), args.precisions.split(","))
+    write_manifest(configs, args.out)
+    models = {c.model for c in configs}
+    families = {c.family for c in configs}
+    print(f"{len(configs)} configurations of {len(models)} models from {len(families)} timm families -> {args.out}")
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from dippm_nas.measure import read_manifest, run
+
+    if not os.path.exists(args.manifest):
+        raise DippmError(f"no manifest at {args.manifest}; write one with `dippm-nas manifest --out {args.manifest}`.")
+    try:
+        run(read_manifest(args.manifest), args.out, args.device, args.budget_s, args.by)
+    except RuntimeError as exc:
+        raise DippmError(str(exc)) from exc
+    return 0
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise DippmError(f"cannot read {text!r}: give integers separated by commas, e.g. 1,8,32.") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dippm-nas",
@@ -145,6 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("mig", help="every MIG profile of a device: does the model fit, how fast there")
     _add_model_args(m)
     m.set_defaults(func=cmd_mig)
+    mf = sub.add_parser("manifest", help="write a seeded list of configurations to measure (timm families)")
+    mf.add_argument("--out", required=True, help="manifest CSV to write")
+    mf.add_argument("--seed", type=int, default=0)
+    mf.add_argument("--per-family", type=int, default=3, help="models per timm family (default: 3)")
+    mf.add_argument("--batches", default="1,8,32,128,256", help="default: 1,8,32,128,256")
+    mf.add_argument("--precisions", default="fp32,fp16", help="default: fp32,fp16")
+    mf.set_defaults(func=cmd_manifest)
+    me = sub.add_parser("measure", help="measure latency, energy and memory on this machine's GPU",
+                        description="Runs each configuration of the manifest with random weights and appends "
+                                    "a row with its provenance to --out as it finishes; a rerun skips what is "
+                                    "already there. Needs only torch, timm and nvidia-ml-py.")
+    me.add_argument("--manifest", required=True, help="manifest CSV from `dippm-nas manifest`")
+    me.add_argument("--out", required=True, help="CSV to append to, e.g. data/measurements/h100.csv")
+    me.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the harness (default: cuda)")
+    me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
+    me.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
+    me.set_defaults(func=cmd_measure)
     return parser
 
 

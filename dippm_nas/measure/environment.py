@@ -1,0 +1,65 @@
+"""Provenance of a measurement: where, with what, under which flags. Never a serial or a UUID."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from dataclasses import asdict, dataclass
+
+import torch
+
+PROTOCOL = ("dippm-nas-v1: random weights, eval, inference_mode; warm-up >= 5 iterations until the "
+            "median of the last 5 moves < 2 %; timed >= 30 iterations and >= 1 s")
+
+
+@dataclass(frozen=True)
+class Environment:
+    device_kind: str  # "cuda" or "cpu"
+    gpu_name: str
+    driver: str
+    cuda: str
+    cudnn: str
+    torch: str
+    timm: str
+    tf32_matmul: bool
+    tf32_cudnn: bool
+    cudnn_benchmark: bool
+    cpu: str
+    protocol: str = PROTOCOL
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def nvml():
+    """The pynvml module, initialised, or None where NVML is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def describe(device_kind: str) -> Environment:
+    import timm
+
+    gpu_name = driver = ""
+    if device_kind == "cuda":
+        gpu_name = torch.cuda.get_device_name(0)
+        lib = nvml()
+        if lib is not None:
+            raw = lib.nvmlSystemGetDriverVersion()
+            driver = raw.decode() if isinstance(raw, bytes) else str(raw)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return Environment(
+        device_kind=device_kind, gpu_name=gpu_name, driver=driver, cuda=torch.version.cuda or "",
+        cudnn=str(cudnn or ""), torch=torch.__version__, timm=timm.__version__,
+        tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
+        cudnn_benchmark=torch.backends.cudnn.benchmark, cpu=platform.processor() or platform.machine(),
+    )
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()

@@ -1,0 +1,170 @@
+"""Measure every configuration of a manifest, appending each row as it finishes.
+
+Safe with data: a row is flushed and fsynced as soon as its configuration ends, a rerun skips the
+configurations already in the file, and ``budget_s`` stops cleanly before a time limit, so a crash or
+a kill loses at most the configuration in flight. An out-of-memory is a result, recorded with its
+batch size, not a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gc
+import importlib
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from dippm_nas.measure.config import MeasureConfig
+from dippm_nas.measure.energy import EnergyMeter
+from dippm_nas.measure.environment import Environment, describe, nvml, utc_now
+from dippm_nas.measure.timing import Timer, time_steps
+
+MIB = 2**20
+
+COLUMNS = [
+    "key", "model", "source", "family", "input_shape", "batch", "precision", "layout", "status", "error",
+    "latency_ms_median", "latency_ms_mean", "latency_ms_p10", "latency_ms_p90", "iterations", "window_s",
+    "warmup_iterations", "energy_j", "energy_method", "power_w_mean", "memory_context_mib",
+    "memory_reserved_mib", "memory_allocated_mib", "memory_total_mib", "cpu_peak_rss_mib",
+    "device_kind", "gpu_name", "driver", "cuda", "cudnn", "torch", "timm", "tf32_matmul", "tf32_cudnn",
+    "cudnn_benchmark", "cpu", "protocol", "measured_by", "date",
+]
+
+_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def measured_keys(path: Path) -> set[str]:
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    with path.open(newline="") as fh:
+        return {row["key"] for row in csv.DictReader(fh) if row.get("key")}
+
+
+def append_row(path: Path, row: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def build_model(cfg: MeasureConfig) -> torch.nn.Module:
+    """Random weights: timm ``pretrained=False``, or a ``module:factory`` callable."""
+    if cfg.source == "timm":
+        import timm
+
+        return timm.create_model(cfg.model, pretrained=False)
+    module_name, _, attr = cfg.model.partition(":")
+    return getattr(importlib.import_module(module_name), attr)()
+
+
+def context_memory_mib(device_kind: str) -> float | None:
+    """NVML used memory once CUDA, cuBLAS and cuDNN are initialised, minus before, minus what the
+    allocator holds: the context and library handles the process pays before its first tensor."""
+    if device_kind != "cuda":
+        return None
+    lib = nvml()
+    handle = lib.nvmlDeviceGetHandleByIndex(0) if lib else None
+    before = lib.nvmlDeviceGetMemoryInfo(handle).used if handle else 0
+    x = torch.randn(64, 64, device="cuda")
+    torch.nn.functional.conv2d(x[None, None], torch.randn(1, 1, 3, 3, device="cuda"))  # cuDNN
+    x @ x  # cuBLAS
+    torch.cuda.synchronize()
+    del x
+    if handle is None:
+        return None
+    after = lib.nvmlDeviceGetMemoryInfo(handle).used
+    return (after - before - torch.cuda.memory_reserved()) / MIB
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None) -> dict[str, object]:
+    device = torch.device(env.device_kind)
+    row: dict[str, object] = {
+        "key": cfg.key, "model": cfg.model, "source": cfg.source, "family": cfg.family,
+        "input_shape": "x".join(map(str, cfg.input_shape)), "batch": cfg.batch,
+        "precision": cfg.precision, "layout": cfg.layout, "memory_context_mib": context_mib,
+    }
+    model = x = None
+    try:
+        if env.device_kind == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        model = build_model(cfg).to(device).eval()
+        x = torch.randn(cfg.batch, *cfg.input_shape, device=device)
+        if cfg.layout == "nhwc":
+            model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+        autocast = (torch.autocast(env.device_kind, dtype=_AUTOCAST[cfg.precision])
+                    if cfg.precision in _AUTOCAST else contextlib.nullcontext())
+        meter = EnergyMeter() if env.device_kind == "cuda" else None
+        with torch.inference_mode(), autocast:
+            def step() -> object:
+                return model(x)
+            timing = time_steps(step, Timer(env.device_kind),
+                                on_start=meter.start if meter else (lambda: None),
+                                on_end=meter.stop if meter else (lambda: None))
+        row.update(status="ok", latency_ms_median=timing.median_ms, latency_ms_mean=timing.mean_ms,
+                   latency_ms_p10=timing.p10_ms, latency_ms_p90=timing.p90_ms, iterations=timing.iterations,
+                   window_s=timing.window_s, warmup_iterations=timing.warmup)
+        if meter is not None and meter.joules is not None:
+            row.update(energy_j=meter.joules / timing.iterations, energy_method=meter.method,
+                       power_w_mean=meter.joules / timing.window_s)
+        if env.device_kind == "cuda":
+            reserved = torch.cuda.max_memory_reserved() / MIB
+            row.update(memory_reserved_mib=reserved, memory_allocated_mib=torch.cuda.max_memory_allocated() / MIB,
+                       memory_total_mib=(context_mib or 0.0) + reserved)
+        else:
+            row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    except Exception as exc:  # an out-of-memory or a model that fails is a result to record
+        row.update(status="oom" if _is_oom(exc) else "error",
+                   error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+    finally:
+        del model, x
+        gc.collect()
+        if env.device_kind == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "cuda",
+        budget_s: float | None = None, measured_by: str = "dippm-nas harness",
+        progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> int:
+    """Measure what ``out`` does not hold yet; returns how many configurations were measured."""
+    if device_kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the harness")
+    out = Path(out)
+    done = measured_keys(out)
+    todo = [c for c in configs if c.key not in done]
+    progress(f"{len(done)} configurations already in {out}; {len(todo)} to measure")
+    start = time.monotonic()
+    env = describe(device_kind)
+    context = context_memory_mib(device_kind)
+    longest = 0.0
+    for i, cfg in enumerate(todo, 1):
+        elapsed = time.monotonic() - start
+        if budget_s is not None and elapsed + longest > budget_s:
+            progress(f"budget of {budget_s:.0f} s reached after {i - 1} configurations; rerun to continue")
+            return i - 1
+        began = time.monotonic()
+        row = measure_one(cfg, env, context)
+        row.update(env.as_row(), measured_by=measured_by, date=utc_now())
+        append_row(out, row)
+        longest = max(longest, time.monotonic() - began)
+        latency = row.get("latency_ms_median")
+        progress(f"[{i}/{len(todo)}] {cfg.key}: {row['status']}"
+                 + (f" {latency:.3f} ms" if isinstance(latency, float) else f" {row.get('error', '')}"))
+    return len(todo)

@@ -1,0 +1,100 @@
+"""The measurement harness end to end in CPU mode: rows, provenance, resume after a kill, OOM."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dippm_nas.measure import MeasureConfig, measured_keys, read_manifest, run, write_manifest
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+
+
+def _configs(n: int, factory: str = "tiny_models:tiny") -> list[MeasureConfig]:
+    return [MeasureConfig(factory, (3, 16, 16), batch=b, precision="fp32", source="callable") for b in range(1, n + 1)]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(autouse=True)
+def _factories_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def test_cpu_run_writes_rows_with_provenance(tmp_path):
+    out = tmp_path / "m.csv"
+    assert run(_configs(2), out, device_kind="cpu", progress=lambda _: None) == 2
+    rows = _rows(out)
+    assert [r["batch"] for r in rows] == ["1", "2"]
+    for r in rows:
+        assert r["status"] == "ok" and float(r["latency_ms_median"]) > 0 and int(r["iterations"]) >= 30
+        assert float(r["window_s"]) >= 1.0 and float(r["cpu_peak_rss_mib"]) > 0
+        assert r["torch"] and r["timm"] and r["protocol"] and r["date"] and r["device_kind"] == "cpu"
+        assert float(r["latency_ms_p10"]) <= float(r["latency_ms_median"]) <= float(r["latency_ms_p90"])
+    # a rerun measures nothing new
+    assert run(_configs(2), out, device_kind="cpu", progress=lambda _: None) == 0
+    assert len(_rows(out)) == 2
+
+
+def test_simulated_out_of_memory_is_a_result(tmp_path):
+    out = tmp_path / "m.csv"
+    configs = [MeasureConfig("tiny_models:tiny_oom_from_8", (3, 16, 16), batch=b, source="callable") for b in (4, 8)]
+    run(configs, out, device_kind="cpu", progress=lambda _: None)
+    rows = {r["batch"]: r for r in _rows(out)}
+    assert rows["4"]["status"] == "ok"
+    assert rows["8"]["status"] == "oom" and "out of memory" in rows["8"]["error"]
+
+
+def test_budget_stops_cleanly(tmp_path):
+    out = tmp_path / "m.csv"
+    measured = run(_configs(4), out, device_kind="cpu", budget_s=1.5, progress=lambda _: None)
+    assert 1 <= measured < 4 and len(_rows(out)) == measured
+
+
+def test_kill_in_the_middle_then_resume(tmp_path):
+    manifest, out = tmp_path / "manifest.csv", tmp_path / "m.csv"
+    write_manifest(_configs(5), manifest)
+    assert [c.key for c in read_manifest(manifest)] == [c.key for c in _configs(5)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+    cmd = [sys.executable, "-m", "dippm_nas.measure", "--manifest", str(manifest), "--out", str(out), "--device", "cpu"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(measured_keys(out)) < 2:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = _rows(out)
+    assert 2 <= len(before) < 5, "the kill should land mid-run"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = _rows(out)
+    assert after[: len(before)] == before  # nothing measured before the kill was lost or changed
+    assert sorted(r["key"] for r in after) == sorted(c.key for c in _configs(5))  # no duplicates, none missing
+    assert f"{len(before)} configurations already in" in done.stderr
+
+
+def test_harness_needs_no_tvm():
+    code = ("import sys, dippm_nas.measure, dippm_nas.measure.manifest, dippm_nas.cli; "
+            "dippm_nas.cli.build_parser(); assert 'tvm' not in sys.modules, 'the harness imported TVM'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_manifest_covers_every_timm_family(tmp_path):
+    from dippm_nas.measure.manifest import build_manifest, timm_families
+
+    configs = build_manifest(seed=0, per_family=2, batches=(1, 8), precisions=("fp32", "fp16"))
+    assert {c.family for c in configs} == set(timm_families())
+    assert {(c.batch, c.precision) for c in configs} == {(1, "fp32"), (1, "fp16"), (8, "fp32"), (8, "fp16")}
+    assert [c.key for c in configs] == [c.key for c in build_manifest(seed=0, per_family=2, batches=(1, 8))]
+    assert configs[0].batch == 1  # small batches first
