@@ -57,6 +57,7 @@ class _NodeDraft:
     extra_flops: int = 0
     generic: bool = False
     producers: set[int] = field(default_factory=set)
+    reads_input: bool = False
 
 
 def _tensor(ty: object) -> Tensor | None:
@@ -213,6 +214,7 @@ class _Converter:
             weights=[leaf.tensor for leaf in leaves if isinstance(leaf, _Weight)],
             generic=generic,
             producers={p for a in acts for p in a.producers},
+            reads_input=any(not a.producers for a in acts),
         )
         self.nodes.append(node)
         return self._wrap(binding.var.ty, lambda t: _Act((node.id,), t))
@@ -272,6 +274,7 @@ class _Converter:
             name=self.name, batch=inputs[0].shape[0] if inputs and inputs[0].shape else 1,
             inputs=inputs, nodes=tuple(nodes), edges=tuple(sorted(edges)), outputs=outputs,
             param_count=param_count, param_bytes=param_bytes,
+            entry_nodes=tuple(d.id for d in self.nodes if d.reads_input),
         )
 
 

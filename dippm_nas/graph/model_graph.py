@@ -91,7 +91,8 @@ class ModelGraph:
     """Operators in a topological order (the order the model runs them) and the tensors between them.
 
     ``edges`` holds one ``(producer, consumer)`` pair per tensor passed between two operators, so a
-    residual add has two producers. ``outputs`` lists the nodes whose results the model returns.
+    residual add has two producers. ``outputs`` lists the nodes whose results the model returns,
+    ``entry_nodes`` those that read the model's inputs.
     """
 
     name: str
@@ -104,6 +105,8 @@ class ModelGraph:
     param_bytes: int
     source: str = ""
     family: str = ""
+    #: Nodes that read one of the model's inputs (they have no producer for it).
+    entry_nodes: tuple[int, ...] = ()
     warnings: tuple[str, ...] = field(default=())
 
     @property

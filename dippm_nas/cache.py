@@ -1,0 +1,90 @@
+"""Caches of featurized graphs: repeated blocks and whole candidates, in memory and on disk.
+
+The disk store is SQLite in WAL mode: many processes (NAS workers on one host, or on several hosts
+sharing a file system that supports its locks) read and write it at once, each write is a
+transaction, and ``INSERT OR IGNORE`` makes two workers that featurize the same block at the same
+time agree on one row. Rows are compressed JSON (:mod:`dippm_nas.graph.serialize`), never pickles.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections import Counter
+from pathlib import Path
+
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.serialize import FORMAT, graph_from_bytes, graph_to_bytes
+
+BUSY_TIMEOUT_MS = 60_000
+
+
+class GraphCache:
+    """``get``/``put`` graphs by key; memory first, then the SQLite file at ``path`` (if any).
+
+    >>> cache = GraphCache()                 # memory only
+    >>> cache = GraphCache("graphs.sqlite")  # doctest: +SKIP  (shared by every process using the file)
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path is not None else None
+        self._memory: dict[str, ModelGraph] = {}
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self.hits: Counter[str] = Counter()
+        self.misses: Counter[str] = Counter()
+        if self.path is not None:
+            self._connection()  # create the file and table now, so errors show at construction
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():  # a forked worker opens its own
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS graphs (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+                         "format INTEGER NOT NULL, blob BLOB NOT NULL)")
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    @staticmethod
+    def _kind(key: str) -> str:
+        return key.split(":", 1)[0]
+
+    def get(self, key: str) -> ModelGraph | None:
+        kind = self._kind(key)
+        graph = self._memory.get(key)
+        if graph is None and self.path is not None:
+            with self._lock:
+                row = self._connection().execute(
+                    "SELECT blob FROM graphs WHERE key = ? AND format = ?", (key, FORMAT)).fetchone()
+            if row is not None:
+                graph = graph_from_bytes(row[0])
+                self._memory[key] = graph
+        (self.hits if graph is not None else self.misses)[kind] += 1
+        return graph
+
+    def put(self, key: str, graph: ModelGraph) -> None:
+        self._memory[key] = graph
+        if self.path is not None:
+            blob = graph_to_bytes(graph)
+            with self._lock:
+                self._connection().execute("INSERT OR IGNORE INTO graphs (key, kind, format, blob) VALUES (?, ?, ?, ?)",
+                                           (key, self._kind(key), FORMAT, blob))
+
+    def __len__(self) -> int:
+        if self.path is None:
+            return len(self._memory)
+        with self._lock:
+            return self._connection().execute("SELECT COUNT(*) FROM graphs").fetchone()[0]
+
+    def hit_rate(self, kind: str) -> float:
+        total = self.hits[kind] + self.misses[kind]
+        return self.hits[kind] / total if total else 0.0
+
+    def clear_memory(self) -> None:
+        """Forget the in-memory copies (the disk store stays)."""
+        self._memory.clear()

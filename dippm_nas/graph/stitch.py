@@ -1,0 +1,37 @@
+"""Join graphs of consecutive blocks into the graph of the whole model.
+
+Block ``i + 1`` reads what block ``i`` returns: every node of block ``i + 1`` that reads the block's
+input gets an edge from each output node of block ``i``. That is exactly the graph the whole model
+exports to when it runs its blocks in sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dippm_nas.graph.model_graph import ModelGraph
+
+
+def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
+    if not blocks:
+        raise ValueError("nothing to stitch")
+    nodes, edges = [], []
+    previous_outputs: tuple[int, ...] = ()
+    param_count = param_bytes = 0
+    for block in blocks:
+        offset = len(nodes)
+        nodes.extend(replace(n, id=n.id + offset) for n in block.nodes)
+        edges.extend((s + offset, d + offset) for s, d in block.edges)
+        for entry in block.entry_nodes:
+            edges.extend((p, entry + offset) for p in previous_outputs)
+        previous_outputs = tuple(o + offset for o in block.outputs)
+        param_count += block.param_count
+        param_bytes += block.param_bytes
+    first = blocks[0]
+    return ModelGraph(
+        name=name, batch=first.batch, inputs=first.inputs, nodes=tuple(nodes),
+        edges=tuple(sorted(set(edges))), outputs=previous_outputs, param_count=param_count,
+        param_bytes=param_bytes, source="stitched", family=first.family,
+        warnings=tuple(w for b in blocks for w in b.warnings), entry_nodes=first.entry_nodes,
+    )

@@ -1,0 +1,12 @@
+"""Optuna integration: score candidates, constrain and prune by predicted cost, filter studies."""
+
+from dippm_nas.integration.constraints import PREDICTION_ATTRS, HardwareConstraints, record_prediction
+from dippm_nas.integration.cost_model import HardwareCostModel
+from dippm_nas.integration.featurizer import CachedFeaturizer
+from dippm_nas.integration.filters import feasible_pareto_front, is_feasible, trials_fitting_mig
+from dippm_nas.integration.objective import HardwareObjective
+
+__all__ = [
+    "CachedFeaturizer", "HardwareConstraints", "HardwareCostModel", "HardwareObjective", "PREDICTION_ATTRS",
+    "feasible_pareto_front", "is_feasible", "record_prediction", "trials_fitting_mig",
+]

@@ -1,0 +1,64 @@
+"""The cost plugin: score a NAS candidate into a Prediction on the target GPU, without the GPU."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from dippm_nas.cache import GraphCache
+from dippm_nas.cost.base import Prediction
+from dippm_nas.errors import DippmError
+from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
+from dippm_nas.hardware.registry import check_precision, get_device
+from dippm_nas.inputs import InputLike
+from dippm_nas.integration.featurizer import CachedFeaturizer
+
+
+class HardwareCostModel:
+    """Predicts latency, energy, memory and MIG slice of candidates at one batch size and precision.
+
+    ``cache`` is a :class:`GraphCache`, a path to a SQLite file shared by all workers, or None for a
+    private in-memory cache; ``use_cache=False`` featurizes every candidate whole, from scratch.
+
+    >>> from search_spaces import get_search_space
+    >>> space = get_search_space("mobilenetv3")
+    >>> cost = HardwareCostModel(device="a100-40gb", batch=8, precision="fp32")
+    >>> candidate = space.from_arch(space.default_arch())  # doctest: +SKIP
+    >>> cost.score(candidate).latency_ms                   # doctest: +SKIP
+    """
+
+    def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
+                 cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
+                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN):
+        if not isinstance(batch, int) or batch <= 0:
+            raise DippmError(f"batch size must be a positive integer, got {batch!r}.")
+        self.device = get_device(device)
+        self.precision = check_precision(precision)
+        self.batch = batch
+        self.cost_model = cost_model
+        self.mig_margin = mig_margin
+        self.use_cache = use_cache
+        store = cache if isinstance(cache, GraphCache) or cache is None else GraphCache(cache)
+        self.featurizer = CachedFeaturizer(batch, store)
+
+    @property
+    def cache(self) -> GraphCache:
+        return self.featurizer.cache
+
+    def graph(self, candidate: Any, inputs: InputLike = None):
+        if self.use_cache:
+            return self.featurizer.graph(candidate, inputs)
+        from dippm_nas.predict import build_graph
+
+        if hasattr(candidate, "blocks"):
+            graph = build_graph(candidate.module, candidate.input_shape, self.batch)
+            return replace(graph, name=candidate.name)
+        return build_graph(candidate, inputs, self.batch)
+
+    def score(self, candidate: Any, inputs: InputLike = None) -> Prediction:
+        """A search-space candidate, or any model :func:`dippm_nas.predict` accepts."""
+        from dippm_nas.predict import predict_graph
+
+        return predict_graph(self.graph(candidate, inputs), self.device, self.precision, self.cost_model,
+                             self.mig_margin)

@@ -1,0 +1,68 @@
+"""Graphs for candidates, from cached blocks where possible.
+
+A search-space candidate is featurized block by block: a block already seen (same configuration,
+input shape and dtype, same batch) comes from the cache, a new one is exported once and cached, and
+the candidate's graph is stitched from its blocks. The stitched graph is cached too, under the
+architecture's signature. Any other model goes through the whole-model cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from dippm_nas.cache import GraphCache
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.stitch import stitch
+from dippm_nas.inputs import InputLike, TensorSpec
+
+
+def _model_key(model: Any, inputs: InputLike, batch: int) -> str:
+    """A whole-model key: the name for a timm/ONNX/hf model, class and structure for a module."""
+    if isinstance(model, str):
+        described = model
+    else:
+        described = f"{type(model).__module__}.{type(model).__qualname__}\n{model!r}"
+    digest = hashlib.sha256(f"{described}|{inputs!r}".encode()).hexdigest()[:32]
+    return f"model:{digest}:b{batch}"
+
+
+class CachedFeaturizer:
+    """Featurize candidates and models at one batch size, through a :class:`GraphCache`."""
+
+    def __init__(self, batch: int, cache: GraphCache | None = None):
+        self.batch = batch
+        self.cache = cache if cache is not None else GraphCache()
+
+    def block_graph(self, block: Any) -> ModelGraph:
+        key = f"block:{block.signature}:b{self.batch}"
+        graph = self.cache.get(key)
+        if graph is None:
+            from dippm_nas.predict import build_graph
+
+            graph = build_graph(block.build(), TensorSpec(block.input_shape, block.dtype), self.batch)
+            self.cache.put(key, graph)
+        return graph
+
+    def candidate_graph(self, candidate: Any) -> ModelGraph:
+        key = f"candidate:{candidate.signature}:b{self.batch}"
+        graph = self.cache.get(key)
+        if graph is None:
+            graph = stitch([self.block_graph(b) for b in candidate.blocks], candidate.name)
+            self.cache.put(key, graph)
+        return graph
+
+    def model_graph(self, model: Any, inputs: InputLike = None) -> ModelGraph:
+        key = _model_key(model, inputs, self.batch)
+        graph = self.cache.get(key)
+        if graph is None:
+            from dippm_nas.predict import build_graph
+
+            graph = build_graph(model, inputs, self.batch)
+            self.cache.put(key, graph)
+        return graph
+
+    def graph(self, item: Any, inputs: InputLike = None) -> ModelGraph:
+        if hasattr(item, "blocks") and hasattr(item, "signature"):
+            return self.candidate_graph(item)
+        return self.model_graph(item, inputs)

@@ -1,0 +1,64 @@
+"""An objective wrapper: a user's accuracy function becomes a hardware-aware multi-objective."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+
+from dippm_nas.errors import DippmError
+from dippm_nas.integration.constraints import HardwareConstraints, record_prediction
+from dippm_nas.integration.cost_model import HardwareCostModel
+
+COST_OBJECTIVES = ("latency_ms", "energy_j", "memory_mb")
+
+
+class HardwareObjective:
+    """``objective(trial) -> (accuracy, *costs)``: maximise accuracy, minimise the chosen costs.
+
+    Every candidate is scored before it is trained. Predictions go on the trial as user attributes,
+    the constraints are set, and a candidate that breaks one is pruned right there, before
+    ``accuracy_fn`` runs: nothing it could learn would make its cost fit. A candidate that fails to
+    export is pruned too, with the reason in its ``prune_reason`` attribute; the study goes on.
+
+    >>> objective = HardwareObjective(space, lambda c: proxy(c), cost, objectives=("latency_ms",))  # doctest: +SKIP
+    >>> study = optuna.create_study(directions=objective.directions)                                # doctest: +SKIP
+    >>> study.optimize(objective, n_trials=100)                                                      # doctest: +SKIP
+    """
+
+    def __init__(self, space: Any, accuracy_fn: Callable[[Any], float], cost: HardwareCostModel,
+                 objectives: Sequence[str] = ("latency_ms",), constraints: HardwareConstraints | None = None,
+                 prune_infeasible: bool = True):
+        unknown = [o for o in objectives if o not in COST_OBJECTIVES]
+        if unknown:
+            raise DippmError(f"unknown cost objective(s) {unknown}; choose from {', '.join(COST_OBJECTIVES)}.")
+        if constraints is not None and constraints.mig_profiles and constraints.gpu.key != cost.device.key:
+            raise DippmError(f"constraints are for {constraints.gpu.key}, the cost model scores {cost.device.key}.")
+        self.space, self.accuracy_fn, self.cost = space, accuracy_fn, cost
+        self.objectives = tuple(objectives)
+        self.constraints = constraints
+        self.prune_infeasible = prune_infeasible
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize"] + ["minimize"] * len(self.objectives)
+
+    def __call__(self, trial: optuna.Trial) -> tuple[float, ...]:
+        candidate = self.space.sample(trial)
+        trial.set_user_attr("architecture", dict(candidate.arch))
+        try:
+            prediction = self.cost.score(candidate)
+        except Exception as exc:  # a candidate that cannot be featurized is a pruned trial, not a crash
+            reason = f"featurizing failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            trial.set_user_attr("prune_reason", reason)
+            raise optuna.TrialPruned(reason) from exc
+        record_prediction(trial, prediction)
+        if self.constraints is not None:
+            values = self.constraints.apply(trial, prediction)
+            if self.prune_infeasible and not HardwareConstraints.feasible(values):
+                broken = ", ".join(f"{k} by {v:.4g}" for k, v in values.items() if v > 0)
+                trial.set_user_attr("prune_reason", f"infeasible before training: {broken}")
+                raise optuna.TrialPruned(f"infeasible: {broken}")
+        accuracy = float(self.accuracy_fn(candidate))
+        return (accuracy, *(float(getattr(prediction, o)) for o in self.objectives))

@@ -1,0 +1,115 @@
+"""What a search space hands to the cost plugin: a candidate made of blocks.
+
+A candidate is its architecture as a plain dict, its input shape, and its blocks in order; the
+``nn.Module`` is built (on the ``meta`` device, no weights) only when someone asks for it. Each block
+knows its own configuration and input shape, which is all the subgraph cache keys on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+from torch import nn
+
+from dippm_nas.errors import DippmError, suggest
+
+_BLOCKS: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_block(kind: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator: a block kind and the function that builds it from its configuration."""
+
+    def add(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        _BLOCKS[kind] = builder
+        return builder
+
+    return add
+
+
+def _digest(payload: object) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    kind: str
+    config: tuple[tuple[str, Any], ...]
+    input_shape: tuple[int, ...]  # without the batch
+    dtype: str = "float32"
+
+    @staticmethod
+    def of(kind: str, input_shape: tuple[int, ...], **config: Any) -> BlockSpec:
+        return BlockSpec(kind, tuple(sorted(config.items())), tuple(input_shape))
+
+    @property
+    def signature(self) -> str:
+        return _digest([self.kind, list(self.config), list(self.input_shape), self.dtype])
+
+    def build(self) -> nn.Module:
+        return _BLOCKS[self.kind](**dict(self.config))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    space: str
+    arch: Mapping[str, Any]
+    input_shape: tuple[int, ...]
+    blocks: tuple[BlockSpec, ...] = field(repr=False)
+
+    @property
+    def signature(self) -> str:
+        return _digest([self.space, dict(self.arch), list(self.input_shape)])
+
+    @property
+    def name(self) -> str:
+        return f"{self.space}:{self.signature[:12]}"
+
+    @cached_property
+    def module(self) -> nn.Module:
+        """The whole network, blocks in sequence, on the meta device."""
+        with torch.device("meta"):
+            return nn.Sequential(*[b.build() for b in self.blocks])
+
+
+class SearchSpace(ABC):
+    """Turns an Optuna trial (or a stored architecture dict) into a :class:`Candidate`."""
+
+    name: str
+
+    def __init__(self, fixed: Mapping[str, Any] | None = None):
+        self.fixed = dict(fixed or {})
+        self.check_names(self.fixed)
+
+    @property
+    @abstractmethod
+    def parameters(self) -> dict[str, tuple[Any, ...]]:
+        """Every parameter the space can ask for, with its choices."""
+
+    @abstractmethod
+    def sample(self, trial: Any) -> Candidate:
+        """Ask ``trial`` for an architecture (define-by-run) and build the candidate."""
+
+    @abstractmethod
+    def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
+        """The candidate for a stored architecture, e.g. ``study.best_trial.params``."""
+
+    def check_names(self, arch: Mapping[str, Any]) -> None:
+        known = self.parameters
+        for name, value in arch.items():
+            if name not in known:
+                raise DippmError(f"search space {self.name!r} has no parameter {name!r}." + suggest(name, known)
+                                 + f" Its parameters: {', '.join(list(known)[:12])}{', ...' if len(known) > 12 else ''}.")
+            if value not in known[name]:
+                raise DippmError(f"{self.name}: {name}={value!r} is not one of {known[name]}.")
+
+    def choose(self, trial: Any, name: str) -> Any:
+        if name in self.fixed:
+            return self.fixed[name]
+        return trial.suggest_categorical(name, list(self.parameters[name]))
