@@ -58,10 +58,16 @@ class BlockSpec:
 
 @dataclass(frozen=True)
 class Candidate:
+    """An architecture to score. Block-built candidates list their ``blocks``; a whole model from a
+    zoo names it in ``model`` (a timm name) and has no blocks. ``metadata`` holds facts about it
+    that are not architecture, such as the measured top-1 of its published weights."""
+
     space: str
     arch: Mapping[str, Any]
     input_shape: tuple[int, ...]
-    blocks: tuple[BlockSpec, ...] = field(repr=False)
+    blocks: tuple[BlockSpec, ...] = field(default=(), repr=False)
+    model: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def signature(self) -> str:
@@ -73,7 +79,11 @@ class Candidate:
 
     @cached_property
     def module(self) -> nn.Module:
-        """The whole network, blocks in sequence, on the meta device."""
+        """The whole network on the meta device: its blocks in sequence, or the zoo model."""
+        if self.model is not None:
+            from dippm_nas.frontends._timm import build_timm
+
+            return build_timm(self.model)
         with torch.device("meta"):
             return nn.Sequential(*[b.build() for b in self.blocks])
 

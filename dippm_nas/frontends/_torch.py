@@ -89,7 +89,7 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
         def convert(node: fx.Node):
             try:
                 return converter(node)
-            except (ExportError, KeyError):
+            except ExportError:
                 raise
             except Exception as exc:  # TVM raises assertion, type and value errors alike
                 self.fallbacks.append(f"{op} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")

@@ -198,7 +198,7 @@ class _Converter:
         if fused is not None:
             return fused
 
-        spec = None if generic else ops.lookup(op_name)
+        spec = ops.lookup_aten(op_name) if generic else ops.lookup(op_name)
         attrs = attrs_to_dict(value.attrs)
         if generic:
             attrs["aten"] = op_name
@@ -261,7 +261,7 @@ class _Converter:
                param_bytes: int) -> ModelGraph:
         nodes, edges = [], set()
         for d in self.nodes:
-            spec = None if d.generic else ops.lookup(d.op)
+            spec = ops.lookup_aten(d.op) if d.generic else ops.lookup(d.op)
             # An operator we have no rule for counts as elementwise work.
             flops = spec.flops(d.args, d.outputs, d.attrs) if spec else sum(t.numel for t in d.outputs)
             nodes.append(Node(

@@ -47,6 +47,8 @@ class OpSpec:
 
 
 _REGISTRY: dict[str, OpSpec] = {}
+#: ATen operators that reach the graph as generic nodes (TVM could not convert them), by ATen name.
+_ATEN: dict[str, OpSpec] = {}
 
 
 def register(names: str | tuple[str, ...], category: str, flops: FlopRule) -> None:
@@ -57,8 +59,18 @@ def register(names: str | tuple[str, ...], category: str, flops: FlopRule) -> No
         _REGISTRY[name] = OpSpec(kind=kind, category=category, flops=flops)
 
 
+def register_aten(names: str | tuple[str, ...], kind: str, category: str, flops: FlopRule) -> None:
+    """Cost rules for an ATen operator kept as a generic node: its kind must be in the vocabulary."""
+    for name in (names,) if isinstance(names, str) else names:
+        _ATEN[name] = OpSpec(kind=kind, category=category, flops=flops)
+
+
 def lookup(op_name: str) -> OpSpec | None:
     return _REGISTRY.get(op_name)
+
+
+def lookup_aten(aten_name: str) -> OpSpec | None:
+    return _ATEN.get(aten_name)
 
 
 def vocabulary() -> tuple[str, ...]:
@@ -105,6 +117,11 @@ def _attention(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, objec
     batch, s_q, heads, d = q
     s_k, d_v = k[1], v[-1]
     return 2 * batch * heads * s_q * s_k * (d + d_v)
+
+
+def _attention_bhsd(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    q, k, v = (t.shape for t in args[:3])  # [..., S, D], as torch's scaled_dot_product_attention
+    return 2 * math.prod(q[:-2]) * q[-2] * k[-2] * (q[-1] + v[-1])
 
 
 def _norm(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
@@ -171,3 +188,16 @@ register(("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_
           "relax.flatten", "relax.broadcast_to", "relax.strided_slice", "relax.split",
           "relax.split_like", "relax.unbind", "relax.view", "relax.memory.view",
           "relax.nn.batch_flatten"), "view", _zero)
+
+# ATen operators TVM's importer misses or rejects on some models (benchmarks/coverage.py lists them).
+register_aten("scaled_dot_product_attention.default", "attention", "attention", _attention_bhsd)
+register_aten(("_convolution_mode.default", "convolution.default"), "conv2d", "conv", _conv)
+register_aten(("_fused_rms_norm.default", "rms_norm.default"), "rms_norm", "norm", _norm)
+register_aten(("layer_norm.default", "native_layer_norm.default"), "layer_norm", "norm", _norm)
+register_aten(("amax.default", "amin.default"), "max", "reduce", _per_input)
+register_aten("div.Tensor_mode", "floor_divide", "elementwise", _per_output)
+register_aten(("select_scatter.default", "slice_scatter.default"), "slice_scatter", "movement", _zero)
+register_aten(("index.Tensor", "_unsafe_index.Tensor"), "index_tensor", "movement", _zero)
+register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "movement", _zero)
+register_aten("unfold.default", "reshape", "view", _zero)
+register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)

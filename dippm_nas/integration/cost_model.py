@@ -51,7 +51,9 @@ class HardwareCostModel:
             return self.featurizer.graph(candidate, inputs)
         from dippm_nas.predict import build_graph
 
-        if hasattr(candidate, "blocks"):
+        if getattr(candidate, "model", None) is not None:
+            return build_graph(candidate.model, candidate.input_shape, self.batch)
+        if getattr(candidate, "blocks", None):
             graph = build_graph(candidate.module, candidate.input_shape, self.batch)
             return replace(graph, name=candidate.name)
         return build_graph(candidate, inputs, self.batch)

@@ -63,6 +63,8 @@ class CachedFeaturizer:
         return graph
 
     def graph(self, item: Any, inputs: InputLike = None) -> ModelGraph:
-        if hasattr(item, "blocks") and hasattr(item, "signature"):
+        if getattr(item, "blocks", None):
             return self.candidate_graph(item)
+        if getattr(item, "model", None) is not None:  # a zoo candidate: the whole model, by name
+            return self.model_graph(item.model, item.input_shape)
         return self.model_graph(item, inputs)

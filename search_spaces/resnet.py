@@ -1,0 +1,94 @@
+"""Once-for-All ResNet-50 (Cai et al., ICLR 2020): bottleneck stages of 2/3/5/2 blocks plus an extra
+depth {0, 1, 2} each, bottleneck expand ratio {0.2, 0.25, 0.35} per block, width multiplier
+{0.65, 0.8, 1.0} for the stem and for each stage; input 224."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from search_spaces.base import BlockSpec, Candidate, SearchSpace, register_block
+from search_spaces.layers import conv_bn_act, make_divisible
+
+EXTRA_DEPTHS = (0, 1, 2)
+EXPANDS = (0.2, 0.25, 0.35)
+WIDTH_MULTS = (0.65, 0.8, 1.0)
+BASE_DEPTHS = (2, 3, 5, 2)
+BASE_WIDTHS = (256, 512, 1024, 2048)
+STRIDES = (1, 2, 2, 2)
+STEM_WIDTH = 64
+RESOLUTION = 224
+CLASSES = 1000
+
+
+@register_block("resnet_stem")
+def stem(width: int) -> nn.Module:
+    mid = make_divisible(width / 2)
+    return nn.Sequential(conv_bn_act(3, mid, 3, 2), conv_bn_act(mid, mid, 3), conv_bn_act(mid, width, 3),
+                         nn.MaxPool2d(3, 2, 1))
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin: int, mid: int, cout: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn_act(cin, mid, 1), conv_bn_act(mid, mid, 3, stride),
+                                  nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.shortcut = (nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+            nn.AvgPool2d(stride, stride) if stride > 1 else nn.Identity(),
+            nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout)))
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.body(x) + self.shortcut(x))
+
+
+@register_block("bottleneck")
+def bottleneck(cin: int, mid: int, cout: int, stride: int) -> nn.Module:
+    return Bottleneck(cin, mid, cout, stride)
+
+
+@register_block("resnet_head")
+def head(cin: int) -> nn.Module:
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, CLASSES))
+
+
+class ResNetSpace(SearchSpace):
+    name = "resnet"
+
+    @property
+    def parameters(self) -> dict[str, tuple[Any, ...]]:
+        params: dict[str, tuple[Any, ...]] = {"width_stem": WIDTH_MULTS}
+        for s, base in enumerate(BASE_DEPTHS):
+            params[f"extra_depth_{s}"] = EXTRA_DEPTHS
+            params[f"width_{s}"] = WIDTH_MULTS
+            for b in range(base + max(EXTRA_DEPTHS)):
+                params[f"expand_{s}_{b}"] = EXPANDS
+        return params
+
+    def sample(self, trial: Any) -> Candidate:
+        arch: dict[str, Any] = {"width_stem": self.choose(trial, "width_stem")}
+        for s, base in enumerate(BASE_DEPTHS):
+            arch[f"width_{s}"] = self.choose(trial, f"width_{s}")
+            depth = base + self.choose(trial, f"extra_depth_{s}")
+            arch[f"extra_depth_{s}"] = depth - base
+            for b in range(depth):
+                arch[f"expand_{s}_{b}"] = self.choose(trial, f"expand_{s}_{b}")
+        return self.from_arch(arch)
+
+    def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
+        self.check_names(arch)
+        cin = make_divisible(STEM_WIDTH * arch["width_stem"])
+        blocks = [BlockSpec.of("resnet_stem", (3, RESOLUTION, RESOLUTION), width=cin)]
+        size = RESOLUTION // 4
+        for s, base in enumerate(BASE_DEPTHS):
+            cout = make_divisible(BASE_WIDTHS[s] * arch[f"width_{s}"])
+            for b in range(base + arch[f"extra_depth_{s}"]):
+                stride = STRIDES[s] if b == 0 else 1
+                mid = make_divisible(cout * arch[f"expand_{s}_{b}"])
+                blocks.append(BlockSpec.of("bottleneck", (cin, size, size), cin=cin, mid=mid, cout=cout, stride=stride))
+                size //= stride
+                cin = cout
+        blocks.append(BlockSpec.of("resnet_head", (cin, size, size), cin=cin))
+        return Candidate(self.name, dict(arch), (3, RESOLUTION, RESOLUTION), tuple(blocks))
