@@ -88,6 +88,16 @@ class Candidate:
             return nn.Sequential(*[b.build() for b in self.blocks])
 
 
+    def instantiate(self, device: str = "cpu") -> nn.Module:
+        """The network with random weights on ``device``, for what needs real tensors (a proxy)."""
+        if self.model is not None:
+            import timm
+
+            return timm.create_model(self.model, pretrained=False).to(device)
+        with torch.device(device):
+            return nn.Sequential(*[b.build() for b in self.blocks])
+
+
 class SearchSpace(ABC):
     """Turns an Optuna trial (or a stored architecture dict) into a :class:`Candidate`."""
 

@@ -1,0 +1,57 @@
+"""Choose a published timm model for an A100-40GB MIG slice: maximise real ImageNet top-1 (timm's
+own evaluation of its weights) against predicted latency and energy, constrained to fit 2g.10gb at
+batch 32. The result is a Pareto front of real accuracy against predicted cost.
+
+    python examples/timm_zoo_search.py                            # 30 trials over a curated list
+    python examples/timm_zoo_search.py --storage sqlite:///zoo.db --trials 100 --all
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+import optuna
+
+from dippm_nas.integration import HardwareConstraints, HardwareCostModel, HardwareObjective, feasible_pareto_front
+from search_spaces import get_search_space
+
+CURATED = ["resnet18", "resnet50", "resnet101", "mobilenetv3_large_100", "efficientnet_b0", "efficientnet_b3",
+           "convnext_tiny", "convnext_small", "vit_small_patch16_224", "vit_base_patch16_224", "deit_small_patch16_224",
+           "regnety_040", "densenet121", "swin_tiny_patch4_window7_224", "mobilevit_s", "ghostnet_100"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--profile", default="2g.10gb", help="MIG profile of the a100-40gb to fit (default 2g.10gb)")
+    parser.add_argument("--all", action="store_true", help="every model of timm's results, not the curated list")
+    parser.add_argument("--storage", default=None, help="Optuna storage URL (default: in memory)")
+    parser.add_argument("--study", default="timm-zoo-a100")
+    parser.add_argument("--cache", default=None, help="SQLite file for the graph cache, shared by workers")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    space = get_search_space("timm_zoo", entries=None if args.all else CURATED)
+    cost = HardwareCostModel(device="a100-40gb", batch=args.batch, precision="fp16", cache=args.cache)
+    objective = HardwareObjective(space, lambda c: c.metadata["top1"], cost, objectives=("latency_ms", "energy_j"),
+                                  constraints=HardwareConstraints(mig_profiles=(args.profile,), device="a100-40gb"))
+    study = optuna.create_study(study_name=args.study, storage=args.storage, load_if_exists=True,
+                                directions=objective.directions, sampler=optuna.samplers.TPESampler(seed=args.seed))
+    study.optimize(objective, n_trials=args.trials, show_progress_bar=True)
+
+    front = {t.params["model"]: t for t in feasible_pareto_front(study)}.values()  # TPE may repeat a choice
+    front = sorted(front, key=lambda t: t.values[1])
+    print(f"\nPareto front (top-1 up, latency and energy down) on a100-40gb {args.profile}, batch {args.batch}, fp16:")
+    print(f"{'weights':40s} {'top-1':>6s} {'ms':>8s} {'J':>8s} {'MiB':>7s}  MIG")
+    for t in front:
+        a = t.user_attrs
+        print(f"{t.params['model']:40s} {t.values[0]:6.2f} {a['latency_ms']:8.3f} {a['energy_j']:8.4f} "
+              f"{a['memory_mb']:7.0f}  {a['mig_profile']}")
+
+
+if __name__ == "__main__":
+    main()
