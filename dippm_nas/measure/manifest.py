@@ -11,17 +11,23 @@ DEFAULT_BATCHES = (1, 8, 32, 128, 256)
 DEFAULT_PRECISIONS = ("fp32", "fp16")
 
 
+def timm_family_of(name: str) -> str:
+    """The timm module that defines ``name`` (its architecture family); '' when unknown."""
+    from timm.models import get_arch_name
+    from timm.models._registry import _model_to_module
+
+    return _model_to_module.get(get_arch_name(name), "")
+
+
 def timm_families() -> dict[str, list[str]]:
     """timm model names grouped by the module that defines them (timm's architecture families)."""
     import timm
-    from timm.models import get_arch_name
-    from timm.models._registry import _model_to_module
 
     families: dict[str, list[str]] = defaultdict(list)
     for name in timm.list_models():
         if name.startswith("test_"):
             continue
-        families[_model_to_module.get(get_arch_name(name), "unknown")].append(name)
+        families[timm_family_of(name) or "unknown"].append(name)
     return dict(sorted(families.items()))
 
 

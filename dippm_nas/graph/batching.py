@@ -1,0 +1,32 @@
+"""A graph at batch B from its graph at batch 1, without exporting again.
+
+Every activation tensor of rank 2 or more carries the batch in its leading dimension (or folded
+into it, as ``B * heads``), so scaling that dimension by B scales each tensor's size by B; FLOPs of
+every operator that reads activations scale by B too. Rank-1 tensors are per-channel side outputs
+(batch norm's running statistics), not activations, and weights do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dippm_nas.graph.model_graph import ModelGraph, Tensor
+
+
+def _scaled(t: Tensor, factor: int) -> Tensor:
+    return Tensor((t.shape[0] * factor, *t.shape[1:]), t.dtype) if len(t.shape) >= 2 else t
+
+
+def scale_batch(graph: ModelGraph, batch: int) -> ModelGraph:
+    if batch <= 0:
+        raise ValueError(f"batch must be positive, got {batch}")
+    if graph.batch != 1:
+        raise ValueError(f"scale_batch starts from a batch-1 graph; this one has batch {graph.batch}")
+    if batch == 1:
+        return graph
+    nodes = tuple(
+        replace(n, inputs=tuple(_scaled(t, batch) for t in n.inputs),
+                outputs=tuple(_scaled(t, batch) for t in n.outputs), flops=n.flops * batch)
+        for n in graph.nodes
+    )
+    return replace(graph, batch=batch, nodes=nodes, inputs=tuple(_scaled(t, batch) for t in graph.inputs))

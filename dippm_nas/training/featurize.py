@@ -1,0 +1,82 @@
+"""Featurize every model of the data set once, at batch 1, into an on-disk graph store.
+
+Resumable (a graph already stored is skipped, so a rerun costs nothing), parallel over worker
+processes, with a progress bar; a model that fails is listed with its reason in ``failures.csv``
+beside the store and is not retried unless asked. Batch size is never exported: it enters the
+learned model as a feature, and the analytical estimate scales the batch-1 graph
+(:func:`dippm_nas.graph.batching.scale_batch`).
+"""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing as mp
+import sys
+import time
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from tqdm import tqdm
+
+from dippm_nas.cache import GraphCache
+from dippm_nas.graph.serialize import graph_to_bytes
+
+DEFAULT_STORE = Path(__file__).resolve().parents[2] / "data" / "graphs" / "graphs.sqlite"
+
+
+def store_key(graph_key: str) -> str:
+    return f"graph:{graph_key}"
+
+
+def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
+    warnings.filterwarnings("ignore")
+    from dippm_nas.inputs import TensorSpec
+    from dippm_nas.predict import build_graph
+
+    source, _, rest = graph_key.partition(":")
+    model, _, size = rest.rpartition("@")
+    start = time.perf_counter()
+    try:
+        graph = build_graph(model, TensorSpec((3, int(size), int(size))), batch=1)
+        return graph_key, graph_to_bytes(graph), "", time.perf_counter() - start
+    except Exception as exc:  # every failure is listed with its reason
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        return graph_key, None, reason, time.perf_counter() - start
+
+
+def read_failures(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    with path.open(newline="") as fh:
+        return {row["graph_key"]: row["reason"] for row in csv.DictReader(fh)}
+
+
+def featurize(graph_keys: Iterable[str], store: Path = DEFAULT_STORE, jobs: int = 1,
+              retry_failed: bool = False) -> dict[str, str]:
+    """Featurize what the store lacks; returns every failure (old and new) with its reason."""
+    from dippm_nas.graph.serialize import FORMAT
+
+    cache = GraphCache(store)
+    failures_path = store.with_name("failures.csv")
+    failures = {} if retry_failed else read_failures(failures_path)
+    conn = cache._connection()
+    stored = {row[0] for row in conn.execute("SELECT key FROM graphs WHERE format = ?", (FORMAT,))}
+    todo = sorted(k for k in set(graph_keys) if store_key(k) not in stored and k not in failures)
+    print(f"{len(stored)} graphs stored, {len(failures)} known failures, {len(todo)} to featurize", file=sys.stderr)
+    if todo:
+        context = mp.get_context("spawn")
+        with context.Pool(jobs, maxtasksperchild=25) as pool:
+            for key, blob, reason, _ in tqdm(pool.imap_unordered(_featurize, todo), total=len(todo),
+                                             desc="featurizing", unit="model", file=sys.stderr):
+                if blob is None:
+                    failures[key] = reason
+                    with failures_path.open("a", newline="") as fh:
+                        writer = csv.writer(fh)
+                        if fh.tell() == 0:
+                            writer.writerow(["graph_key", "reason"])
+                        writer.writerow([key, reason])
+                else:
+                    conn.execute("INSERT OR IGNORE INTO graphs (key, kind, format, blob) VALUES (?, 'graph', ?, ?)",
+                                 (store_key(key), FORMAT, blob))
+    return failures

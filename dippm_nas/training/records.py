@@ -1,0 +1,122 @@
+"""The data set: one record per measured configuration, with its provenance.
+
+Sources, each imported as it is (never edited, never interpolated):
+* ``data/timm/benchmark-*.csv``: timm's published inference benchmarks (latency only);
+* ``data/measurements/*.csv``: rows written by our harness (``dippm-nas measure``), with latency,
+  energy and memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TIMM_COMMIT = "90cae8c5ab83d2d7e23b1fb2bab1559bfdcbc7e9"
+TIMM_PROTOCOL = ("timm benchmark.py inference: AMP (fp16 autocast), random weights, infer_step_time = "
+                 "milliseconds per batch of infer_batch_size")
+
+#: GPU names as the harness records them -> device registry keys.
+GPU_NAMES = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+             "NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA GeForce RTX 4090": "rtx4090",
+             "NVIDIA GeForce RTX 3090": "rtx3090"}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured configuration. Targets may be missing (None): a loss only uses what is there."""
+
+    model: str
+    source: str  # "timm" or "callable"
+    family: str
+    image_size: int
+    batch: int
+    precision: str
+    layout: str
+    device: str
+    torch: str
+    cuda: str
+    latency_ms: float | None
+    energy_j: float | None
+    memory_mb: float | None
+    measured_by: str
+    date: str
+    protocol: str
+    origin: str  # the file the row came from
+
+    @property
+    def graph_key(self) -> str:
+        """Graphs are featurized once per (model, input size), at batch 1."""
+        return f"{self.source}:{self.model}@{self.image_size}"
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+_TIMM_FILE = re.compile(r"benchmark-infer-amp-(?P<layout>nchw|nhwc)-pt(?P<torch>\d+)-cu(?P<cuda>\d+)-(?:rtx)?(?P<gpu>\d+)\.csv")
+
+
+#: Version tags in timm's file names, as its results README spells them out.
+_VERSIONS = {"113": "1.13", "240": "2.4.0", "291": "2.9.1", "117": "11.7", "124": "12.4", "128": "12.8"}
+
+
+def _version(digits: str) -> str:
+    return _VERSIONS.get(digits, digits)
+
+
+def timm_records(folder: Path = DATA / "timm") -> list[Record]:
+    from dippm_nas.measure.manifest import timm_family_of
+
+    records = []
+    for path in sorted(folder.glob("benchmark-*.csv")):
+        m = _TIMM_FILE.fullmatch(path.name)
+        if m is None:
+            raise ValueError(f"unrecognised timm benchmark file name {path.name}")
+        with path.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                records.append(Record(
+                    model=row["model"], source="timm", family=timm_family_of(row["model"]),
+                    image_size=int(row["infer_img_size"]), batch=int(row["infer_batch_size"]), precision="fp16",
+                    layout=m["layout"], device=f"rtx{m['gpu']}", torch=_version(m["torch"]), cuda=_version(m["cuda"]),
+                    latency_ms=_float(row["infer_step_time"]), energy_j=None, memory_mb=None,
+                    measured_by=f"timm project (huggingface/pytorch-image-models results/, commit {TIMM_COMMIT})",
+                    date="", protocol=TIMM_PROTOCOL, origin=f"data/timm/{path.name}",
+                ))
+    return records
+
+
+def harness_records(folder: Path = DATA / "measurements") -> list[Record]:
+    records = []
+    for path in sorted(folder.glob("*.csv")):
+        with path.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                if row.get("status") != "ok" or row.get("device_kind") != "cuda":
+                    continue
+                shape = [int(d) for d in row["input_shape"].split("x")]
+                records.append(Record(
+                    model=row["model"], source=row["source"], family=row["family"], image_size=shape[-1],
+                    batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],
+                    device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"], cuda=row["cuda"],
+                    latency_ms=_float(row["latency_ms_median"]), energy_j=_float(row["energy_j"]),
+                    memory_mb=_float(row["memory_total_mib"]), measured_by=row["measured_by"], date=row["date"],
+                    protocol=row["protocol"], origin=f"data/measurements/{path.name}",
+                ))
+    return records
+
+
+def load_records() -> list[Record]:
+    return [r for r in timm_records() + harness_records() if r.latency_ms is not None and not r.model.startswith("test_")]
+
+
+def write_records(records: list[Record], path: Path = DATA / "records.csv") -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[f.name for f in fields(Record)])
+        writer.writeheader()
+        for r in records:
+            writer.writerow(asdict(r))
