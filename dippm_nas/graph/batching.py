@@ -30,3 +30,20 @@ def scale_batch(graph: ModelGraph, batch: int) -> ModelGraph:
         for n in graph.nodes
     )
     return replace(graph, batch=batch, nodes=nodes, inputs=tuple(_scaled(t, batch) for t in graph.inputs))
+
+
+def _unscaled(t: Tensor, factor: int) -> Tensor:
+    return Tensor((t.shape[0] // factor, *t.shape[1:]), t.dtype) if len(t.shape) >= 2 else t
+
+
+def unscale_batch(graph: ModelGraph) -> ModelGraph:
+    """The batch-1 graph of a graph exported at ``graph.batch``: the inverse of :func:`scale_batch`."""
+    factor = graph.batch
+    if factor == 1:
+        return graph
+    nodes = tuple(
+        replace(n, inputs=tuple(_unscaled(t, factor) for t in n.inputs),
+                outputs=tuple(_unscaled(t, factor) for t in n.outputs), flops=n.flops // factor)
+        for n in graph.nodes
+    )
+    return replace(graph, batch=1, nodes=nodes, inputs=tuple(_unscaled(t, factor) for t in graph.inputs))

@@ -1,0 +1,137 @@
+"""PMGNS at prediction time: shipped weights (safetensors) and their model card (JSON).
+
+It answers only where it was trained: a device and precision in its card. Elsewhere it raises
+:class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so.
+Only latency is learned from the data so far; energy is the analytical power times the learned time,
+memory the analytical liveness model, and the cost-model label says exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.base import Estimate, register_cost_model
+from dippm_nas.cost.pmgns import PMGNS, TARGETS
+from dippm_nas.graph.batching import unscale_batch
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.hardware.registry import Device
+
+WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+
+class NotCovered(LookupError):
+    """The learned model was not trained for this device or precision."""
+
+
+@dataclass(frozen=True)
+class Card:
+    config: dict
+    static_features: list[str]
+    static_mean: np.ndarray
+    static_std: np.ndarray
+    node_mean: torch.Tensor
+    node_std: torch.Tensor
+    devices: tuple[str, ...]
+    precisions: tuple[str, ...]
+    families: frozenset[str]
+    targets: tuple[str, ...]
+    torch_version: str
+    raw: dict
+
+
+def save(fitted, ts, path: Path, extra: dict) -> None:
+    """Weights to ``path``.safetensors, the card to ``path``.json."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in fitted.model.state_dict().items()}, str(path.with_suffix(".safetensors")))
+    records = ts.records
+    trained = [t for i, t in enumerate(TARGETS) if not np.all(np.isnan(ts.targets[:, i]))]
+    card = {
+        "config": vars(fitted.config), "static_features": ts.static_names,
+        "static_mean": fitted.static_mean.tolist(), "static_std": fitted.static_std.tolist(),
+        "node_mean": fitted.node_mean.tolist(), "node_std": fitted.node_std.tolist(),
+        "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
+        "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
+        "targets": trained, "torch_version": max((r.torch for r in records), key=_version_key),
+        "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
+    }
+    path.with_suffix(".json").write_text(json.dumps(card, indent=1))
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("+")[0].split(".") if p.isdigit())
+
+
+@cache
+def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
+    from safetensors.torch import load_file
+
+    raw = json.loads(path.with_suffix(".json").read_text())
+    model = PMGNS(raw["node_dim"], len(raw["static_features"]), conv=raw["config"]["conv"], hidden=raw["config"]["hidden"])
+    model.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
+    model.eval()
+    card = Card(raw["config"], raw["static_features"], np.array(raw["static_mean"]), np.array(raw["static_std"]),
+                torch.tensor(raw["node_mean"]), torch.tensor(raw["node_std"]), tuple(raw["devices"]),
+                tuple(raw["precisions"]), frozenset(raw["families"]), tuple(raw["targets"]), raw["torch_version"], raw)
+    return model, card
+
+
+def available(path: Path = WEIGHTS / "pmgns") -> bool:
+    return path.with_suffix(".safetensors").exists() and path.with_suffix(".json").exists()
+
+
+class PMGNSCostModel:
+    name = "pmgns"
+
+    def __init__(self, path: Path = WEIGHTS / "pmgns"):
+        if not available(path):
+            raise NotCovered(f"no trained PMGNS weights at {path}.safetensors; run `dippm-nas train`")
+        self.model, self.card = load(path)
+        self.analytical = AnalyticalCostModel()
+
+    def covers(self, device: Device, precision: str) -> str | None:
+        """None when covered, else why not."""
+        if device.slice_of or device.key not in self.card.devices:
+            return f"PMGNS is trained on {', '.join(self.card.devices)}, not {device.key}"
+        if precision not in self.card.precisions:
+            return f"PMGNS is trained for {', '.join(self.card.precisions)}, not {precision}"
+        return None
+
+    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32") -> Estimate:
+        from dippm_nas.training.dataset import graph_tensors, record_features
+
+        reason = self.covers(device, precision)
+        if reason:
+            raise NotCovered(reason)
+        graph1 = unscale_batch(graph)
+        request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": "nchw",
+                   "torch": self.card.torch_version}
+        feats, analytical = record_features(graph1, request, self.analytical)
+        static = torch.tensor([(np.array([feats[n] for n in self.card.static_features]) - self.card.static_mean)
+                               / self.card.static_std], dtype=torch.float32)
+        x, edges = graph_tensors(graph1)
+        x = (x - self.card.node_mean) / self.card.node_std
+        with torch.no_grad():
+            out = self.model(x, edges, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
+        ratio = math.exp(float(out[0]))
+        memory = self.analytical.memory(graph, precision)
+        seen = graph.family in self.card.families
+        return Estimate(
+            latency_ms=float(analytical[0]) * ratio, energy_j=float(analytical[1]) * ratio,
+            memory_mib=memory.total_mib, memory=memory,
+            cost_model="pmgns (latency learned; energy = analytical power x learned time; memory analytical)",
+            notes=(f"PMGNS trained on {', '.join(self.card.devices)}; model family "
+                   f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),
+        )
+
+
+register_cost_model("pmgns", PMGNSCostModel)

@@ -1,0 +1,135 @@
+"""Records + graph store -> tensors for training: node features per graph, static features and the
+analytical estimate per record, targets as measured values (missing ones are NaN)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from dippm_nas.cache import GraphCache
+from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.graph import ops
+from dippm_nas.graph.batching import scale_batch
+from dippm_nas.graph.features import node_features, static_features
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
+from dippm_nas.training.featurize import DEFAULT_STORE, store_key
+from dippm_nas.training.records import Record
+
+BOUNDS = ("compute", "memory", "overhead")
+
+
+def device_features(device: Device, precision: str) -> dict[str, float]:
+    return {
+        "dev_log_fp32_tflops": math.log(device.fp32_tflops),
+        "dev_log_tensor_tflops": math.log(device.tensor_tflops(precision)),
+        "dev_log_bw_gbs": math.log(device.memory_bw_gbs),
+        "dev_log_sms": math.log(device.sm_count),
+        "dev_log_l2_mb": math.log(device.l2_mb),
+        "dev_log_tdp_w": math.log(device.tdp_w),
+        "dev_log_memory_gib": math.log(device.memory_gib),
+    }
+
+
+def _torch_version(text: str) -> float:
+    parts = (text.split("+")[0].split(".") + ["0", "0"])[:2]
+    try:
+        return int(parts[0]) + int(parts[1]) / 100
+    except ValueError:
+        return 0.0
+
+
+def record_features(graph1: ModelGraph, record_like: dict, analytical: AnalyticalCostModel) -> tuple[dict[str, float], np.ndarray]:
+    """Static features of one configuration and the analytical estimate (latency, energy, memory).
+
+    ``record_like`` needs batch, device, precision, layout and torch: a Record or a prediction
+    request alike."""
+    device = get_device(record_like["device"])
+    precision = record_like["precision"]
+    graph = scale_batch(graph1, record_like["batch"])
+    estimate = analytical.estimate(graph, device, precision)
+    total = estimate.latency_ms or 1e-9
+    feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
+             for k, v in static_features(graph1).items()}
+    feats["batch"] = math.log(record_like["batch"])
+    feats.update(device_features(device, precision))
+    for p in PRECISIONS:
+        feats[f"precision={p}"] = float(precision == p)
+    feats["layout_nhwc"] = float(record_like["layout"] == "nhwc")
+    feats["torch_version"] = _torch_version(record_like["torch"])
+    for bound in BOUNDS:
+        feats[f"time_share_{bound}"] = sum(c.time_ms for c in estimate.nodes if c.bound == bound) / total
+    est = np.array([estimate.latency_ms, estimate.energy_j, estimate.memory_mib])
+    for name, value in zip(TARGETS, est):
+        feats[f"log_analytical_{name}"] = math.log(value)
+    return feats, est
+
+
+def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    kinds = {k: i for i, k in enumerate(ops.vocabulary())}
+    x = torch.tensor([node_features(n, kinds) for n in graph.nodes], dtype=torch.float32)
+    edges = torch.tensor(graph.edges, dtype=torch.long).t().contiguous() if graph.edges else torch.zeros((2, 0), dtype=torch.long)
+    return x, edges
+
+
+@dataclass
+class TrainingSet:
+    records: list[Record]
+    graph_keys: list[str]
+    x: list[torch.Tensor]
+    edges: list[torch.Tensor]
+    graph_of: np.ndarray
+    static: np.ndarray
+    static_names: list[str]
+    analytical: np.ndarray
+    targets: np.ndarray
+    missing: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def families(self) -> np.ndarray:
+        return np.array([r.family for r in self.records])
+
+    @property
+    def devices(self) -> np.ndarray:
+        return np.array([r.device for r in self.records])
+
+
+def load_graphs(keys: set[str], store: Path = DEFAULT_STORE) -> dict[str, ModelGraph]:
+    cache = GraphCache(store)
+    graphs = {}
+    for key in sorted(keys):
+        graph = cache.get(store_key(key))
+        if graph is not None:
+            graphs[key] = graph
+    return graphs
+
+
+def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> TrainingSet:
+    graphs = load_graphs({r.graph_key for r in records}, store)
+    missing = {r.graph_key: "not featurized (see failures.csv)" for r in records if r.graph_key not in graphs}
+    kept = [r for r in records if r.graph_key in graphs]
+    keys = sorted({r.graph_key for r in kept})
+    index = {k: i for i, k in enumerate(keys)}
+    tensors = [graph_tensors(graphs[k]) for k in keys]
+    analytical = AnalyticalCostModel()
+    statics, estimates = [], []
+    names: list[str] = []
+    for r in tqdm(kept, desc="analytical estimates", unit="record", file=sys.stderr):
+        feats, est = record_features(graphs[r.graph_key], vars(r) if not hasattr(r, "__dataclass_fields__") else
+                                     {f: getattr(r, f) for f in r.__dataclass_fields__}, analytical)
+        names = names or list(feats)
+        statics.append([feats[n] for n in names])
+        estimates.append(est)
+    targets = np.array([[np.nan if getattr(r, t) is None else getattr(r, t) for t in TARGETS] for r in kept])
+    return TrainingSet(
+        records=kept, graph_keys=keys, x=[t[0] for t in tensors], edges=[t[1] for t in tensors],
+        graph_of=np.array([index[r.graph_key] for r in kept]), static=np.array(statics, dtype=np.float64),
+        static_names=names, analytical=np.array(estimates), targets=targets, missing=missing,
+    )

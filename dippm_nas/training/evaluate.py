@@ -1,0 +1,147 @@
+"""``dippm-nas evaluate``: every split, PMGNS against the analytical model and a log-linear baseline,
+the paper's GNN comparison, tables in ``docs/accuracy.md`` and predicted-against-measured plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.training.dataset import TrainingSet
+from dippm_nas.training.metrics import summary
+from dippm_nas.training.splits import Split, device_split, family_split, random_split
+from dippm_nas.training.train import TrainConfig, fit, predict_targets
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+COMPARISON = ("sage", "gcn", "gat", "gin", "mlp")
+BARS = {"random": {"mape": 0.05}, "family": {"mape": 0.12, "tau": 0.93},
+        "rtx3090->rtx4090": {"mape": 0.15, "tau": 0.93}}
+
+
+def splits_for(ts: TrainingSet, seed: int = 0) -> list[Split]:
+    return [random_split(len(ts.records), seed), family_split(ts.families, seed),
+            device_split(ts.devices, "rtx3090", "rtx4090", seed), device_split(ts.devices, "rtx4090", "rtx3090", seed)]
+
+
+def _loglinear_features(ts: TrainingSet, idx: np.ndarray) -> np.ndarray:
+    names = ts.static_names
+    col = {n: i for i, n in enumerate(names)}
+    s = ts.static[idx]
+    log_batch = s[:, col["batch"]]
+    rows = [np.ones(len(idx)), log_batch + s[:, col["log_macs"]], log_batch + s[:, col["log_activation_bytes"]],
+            s[:, col["log_params"]], log_batch, s[:, col["dev_log_tensor_tflops"]], s[:, col["dev_log_bw_gbs"]]]
+    return np.stack(rows, axis=1)
+
+
+def loglinear(ts: TrainingSet, split: Split) -> np.ndarray:
+    """Least squares of log latency on log GMACs, log activations, log parameters (times batch),
+    log batch and the device's log peak and bandwidth: the baseline the issue names."""
+    a = _loglinear_features(ts, split.train)
+    y = np.log(ts.targets[split.train, 0])
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    return np.exp(_loglinear_features(ts, split.test) @ coef)
+
+
+def _plot(measured: np.ndarray, predictions: dict[str, np.ndarray], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    lo, hi = float(np.min(measured)), float(np.max(measured))
+    for (name, pred), marker in zip(predictions.items(), ("o", "x", "+")):
+        ax.scatter(measured, pred, s=6, alpha=0.5, marker=marker, label=name)
+        lo, hi = min(lo, float(np.min(pred))), max(hi, float(np.max(pred)))
+    ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured")
+    ax.set_ylabel("predicted")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(m: dict[str, float]) -> str:
+    return f"{m['mape']:.1%} | {m['tau']:.3f} | {m['within10']:.1%}"
+
+
+def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs: Path = DOCS,
+             comparison_splits: tuple[str, ...] = ("random", "family")) -> dict[str, object]:
+    results: dict[str, object] = {"config": asdict(config), "splits": {}, "comparison": {}}
+    lines = ["# Accuracy", "",
+             "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
+             "RTX 3090 / RTX 4090 benchmarks, imported as they are, plus any GPU rows measured by the harness). "
+             f"{len(ts.records)} records, {len(ts.graph_keys)} graphs, seed {config.seed}. Targets present: latency "
+             f"on {int(np.sum(~np.isnan(ts.targets[:, 0])))} records, energy on {int(np.sum(~np.isnan(ts.targets[:, 1])))}, "
+             f"memory on {int(np.sum(~np.isnan(ts.targets[:, 2])))}. Metrics on each split's test set: MAPE, Kendall "
+             "tau between predicted and measured, share within +-10 %. Early stopping and every choice of "
+             "hyper-parameters used the validation set only.", ""]
+    if ts.missing:
+        lines += [f"{len(ts.missing)} graphs could not be featurized; their records are left out "
+                  "(`data/graphs/failures.csv` lists them with the reason).", ""]
+    lines += ["## Latency: PMGNS against the analytical model and a log-linear baseline", "",
+              "| split | test records | model | MAPE | Kendall tau | within 10 % | bar |", "|---|---|---|---|---|---|---|"]
+    for split in splits_for(ts, config.seed):
+        fitted = fit(ts, split.train, split.val, config, label=f"sage/{split.name}")
+        measured = ts.targets[split.test, 0]
+        preds = {"PMGNS (GraphSAGE)": predict_targets(fitted, ts, split.test)[:, 0],
+                 "analytical": ts.analytical[split.test, 0], "log-linear": loglinear(ts, split)}
+        metrics = {name: summary(p, measured) for name, p in preds.items()}
+        bar = BARS.get(split.name, {})
+        ok = all(metrics["PMGNS (GraphSAGE)"][k] <= v if k == "mape" else metrics["PMGNS (GraphSAGE)"][k] >= v
+                 for k, v in bar.items())
+        bar_text = ", ".join(f"{k} {'<=' if k == 'mape' else '>='} {v:g}" for k, v in bar.items())
+        for name, m in metrics.items():
+            verdict = ("met" if ok else "NOT met") if name.startswith("PMGNS") and bar else ""
+            lines.append(f"| {split.name} | {len(split.test)} | {name} | {_fmt(m)} | {bar_text + ': ' + verdict if verdict else ''} |")
+        results["splits"][split.name] = {"description": split.description, "metrics": metrics,
+                                         "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
+                                         "val_mape": fitted.best_val_mape, "n_train": len(split.train),
+                                         "n_val": len(split.val), "n_test": len(split.test)}
+        _plot(measured, preds, f"latency (ms), {split.name} split, test", docs / "accuracy" / f"latency_{split.name}.png")
+        for t, target in enumerate(TARGETS[1:], start=1):
+            have = ~np.isnan(ts.targets[split.test, t])
+            if have.any():
+                p = predict_targets(fitted, ts, split.test)[have, t]
+                results["splits"][split.name][target] = summary(p, ts.targets[split.test, t][have])
+        print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)}" for n, m in metrics.items()), file=sys.stderr)
+    lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/latency_{s}.png)" for s in results["splits"]), ""]
+    lines += ["## The paper's comparison: graph convolutions against an MLP on static features only", "",
+              f"Same splits, same features, same schedule: at most {comparison_epochs} epochs each, early stopping on "
+              "validation.", "", "| split | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|"]
+    for split in [s for s in splits_for(ts, config.seed) if s.name in comparison_splits]:
+        for conv in COMPARISON:
+            cfg = TrainConfig(**{**asdict(config), "conv": conv, "epochs": comparison_epochs})
+            fitted = fit(ts, split.train, split.val, cfg, label=f"{conv}/{split.name}")
+            m = summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0])
+            results["comparison"].setdefault(split.name, {})[conv] = m
+            lines.append(f"| {split.name} | {conv if conv != 'mlp' else 'MLP (static features only)'} | {_fmt(m)} |")
+    energy_memory = [s for s, r in results["splits"].items() if "energy_j" in r or "memory_mb" in r]
+    lines += ["", "## Energy and memory", ""]
+    if energy_memory:
+        lines += ["| split | target | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|"]
+        for s in energy_memory:
+            for target in ("energy_j", "memory_mb"):
+                if target in results["splits"][s]:
+                    lines.append(f"| {s} | {target} | {_fmt(results['splits'][s][target])} |")
+    else:
+        lines.append("No GPU measurement with energy or memory is in the data set yet: these tables wait for the "
+                     "harness's H100 rows (`dippm-nas measure`).")
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / "accuracy.md").write_text("\n".join(lines) + "\n")
+    (docs / "accuracy" / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    return results
+
+
+def finite(value: float) -> bool:
+    return value is not None and not math.isnan(value)

@@ -1,0 +1,45 @@
+"""Train / validation / test splits. Hyper-parameters and early stopping see validation, never test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Split:
+    name: str
+    description: str
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+
+def random_split(n: int, seed: int = 0, fractions: tuple[float, float] = (0.70, 0.15)) -> Split:
+    order = np.random.default_rng(seed).permutation(n)
+    a, b = int(fractions[0] * n), int((fractions[0] + fractions[1]) * n)
+    return Split("random", "random 70/15/15 over records (DIPPM's protocol)", order[:a], order[a:b], order[b:])
+
+
+def family_split(families: np.ndarray, seed: int = 0, test_share: float = 0.20, val_share: float = 0.15) -> Split:
+    """Whole families (timm modules) held out: 20 % of families for test, 15 % for validation."""
+    names = np.array(sorted(set(families)))
+    order = np.random.default_rng(seed).permutation(len(names))
+    n_test, n_val = round(test_share * len(names)), round(val_share * len(names))
+    test_f, val_f = set(names[order[:n_test]]), set(names[order[n_test:n_test + n_val]])
+    idx = np.arange(len(families))
+    is_test = np.array([f in test_f for f in families])
+    is_val = np.array([f in val_f for f in families])
+    return Split("family", f"{n_test} of {len(names)} families held out for test, {n_val} for validation",
+                 idx[~is_test & ~is_val], idx[is_val], idx[is_test])
+
+
+def device_split(devices: np.ndarray, train_device: str, test_device: str, seed: int = 0,
+                 val_share: float = 0.15) -> Split:
+    """Train on one GPU's records (15 % of them for validation), test on every record of another."""
+    idx = np.arange(len(devices))
+    source = np.random.default_rng(seed).permutation(idx[devices == train_device])
+    n_val = int(val_share * len(source))
+    return Split(f"{train_device}->{test_device}", f"train on {train_device}, test on {test_device}",
+                 source[n_val:], source[:n_val], idx[devices == test_device])
