@@ -151,6 +151,68 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from dippm_nas.training.featurize import DEFAULT_STORE, featurize
+    from dippm_nas.training.records import load_records, write_records
+
+    records = load_records()
+    write_records(records)
+    keys = {r.graph_key for r in records}
+    print(f"{len(records)} records ({len({r.device for r in records})} devices) -> data/records.csv; {len(keys)} graphs")
+    if args.featurize:
+        failures = featurize(keys, DEFAULT_STORE, args.jobs, args.retry_failed)
+        print(f"{len(keys) - len(failures)} graphs in {DEFAULT_STORE}; {len(failures)} failed "
+              f"(listed in {DEFAULT_STORE.with_name('failures.csv')})")
+    return 0
+
+
+def _training_config(args: argparse.Namespace):
+    from dippm_nas.training.train import TrainConfig
+
+    return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience)
+
+
+def _training_set():
+    from dippm_nas.training.dataset import build_training_set
+    from dippm_nas.training.records import load_records
+
+    return build_training_set(load_records())
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from dippm_nas.cost.learned import WEIGHTS, save
+    from dippm_nas.training.metrics import summary
+    from dippm_nas.training.splits import random_split
+    from dippm_nas.training.train import fit, predict_targets
+
+    ts = _training_set()
+    split = random_split(len(ts.records), args.seed)
+    fitted = fit(ts, split.train, split.val, _training_config(args), label="sage/random")
+    test = summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0])
+    save(fitted, ts, WEIGHTS / "pmgns", {"split": split.description, "test_latency": test,
+                                         "n_train": len(split.train), "n_val": len(split.val), "n_test": len(split.test),
+                                         "data": "data/records.csv (timm benchmarks as published, harness rows)"})
+    print(f"PMGNS (GraphSAGE) trained on {len(split.train)} records, stopped at epoch {fitted.best_epoch + 1}; "
+          f"test latency MAPE {test['mape']:.2%}, Kendall tau {test['tau']:.3f}, within 10 % {test['within10']:.1%}")
+    print(f"weights: {WEIGHTS / 'pmgns.safetensors'} ({np.sum([p.numel() for p in fitted.model.parameters()]):,} parameters), "
+          f"card: {WEIGHTS / 'pmgns.json'}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from dippm_nas.training.evaluate import DOCS, evaluate
+
+    results = evaluate(_training_set(), _training_config(args), args.comparison_epochs)
+    for name, r in results["splits"].items():
+        m = r["metrics"]
+        print(f"{name:18s} " + "  ".join(f"{k}: MAPE {v['mape']:.1%} tau {v['tau']:.3f} within10 {v['within10']:.1%}"
+                                        for k, v in m.items()))
+    print(f"report: {DOCS / 'accuracy.md'}")
+    return 0
+
+
 def _ints(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v]
@@ -193,6 +255,20 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
     me.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
     me.set_defaults(func=cmd_measure)
+    ds = sub.add_parser("dataset", help="import the measurements into data/records.csv and featurize their models")
+    ds.add_argument("--featurize", action="store_true", help="build the graph of every model (resumable, cached)")
+    ds.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
+    ds.add_argument("--retry-failed", action="store_true", help="try again the models that failed before")
+    ds.set_defaults(func=cmd_dataset)
+    for name, helptext, func in (("train", "train PMGNS on the data set and ship its weights", cmd_train),
+                                 ("evaluate", "every split and baseline; writes docs/accuracy.md", cmd_evaluate)):
+        t = sub.add_parser(name, help=helptext)
+        t.add_argument("--epochs", type=int, default=150)
+        t.add_argument("--patience", type=int, default=25, help="early stopping on validation MAPE")
+        t.add_argument("--seed", type=int, default=0)
+        if name == "evaluate":
+            t.add_argument("--comparison-epochs", type=int, default=40, help="epochs for the GNN comparison")
+        t.set_defaults(func=func)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dippm_nas.cost import analytical  # noqa: F401  (registers the analytical model)
+from dippm_nas.cost import analytical, learned  # noqa: F401  (register the cost models)
 from dippm_nas.cost.base import Prediction, get_cost_model
 from dippm_nas.errors import DippmError
 from dippm_nas.frontends import load_model
@@ -36,12 +36,9 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     """Predict for a graph already built (its batch size is the graph's)."""
     gpu = get_device(device)
     check_precision(precision)
-    model = get_cost_model("analytical" if cost_model == "auto" else cost_model)
-    estimate = model.estimate(graph, gpu, precision)
+    estimate, fallback = _estimate(graph, gpu, precision, cost_model)
     choice = select_mig_profile(estimate.memory_mib, gpu if not gpu.slice_of else gpu.key.split(":")[0], mig_margin)
-    notes = tuple(graph.warnings) + estimate.notes
-    if cost_model == "auto":
-        notes += ("no learned model is trained for this device yet: analytical (roofline) estimate",)
+    notes = tuple(graph.warnings) + estimate.notes + fallback
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mb=estimate.memory_mib, mig_profile=choice.profile, device=gpu.key,
@@ -49,6 +46,19 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
         mig_reason=choice.reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, estimate=estimate,
     )
+
+
+def _estimate(graph: ModelGraph, gpu: Device, precision: str, cost_model: str):
+    """``auto``: the learned model where it was trained, else the analytical one, saying why."""
+    from dippm_nas.cost.learned import NotCovered
+
+    if cost_model != "auto":
+        return get_cost_model(cost_model).estimate(graph, gpu, precision), ()
+    try:
+        return get_cost_model("pmgns").estimate(graph, gpu, precision), ()
+    except NotCovered as reason:
+        return get_cost_model("analytical").estimate(graph, gpu, precision), (
+            f"{reason}: analytical (roofline) estimate",)
 
 
 def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,

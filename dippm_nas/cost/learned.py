@@ -93,10 +93,18 @@ class PMGNSCostModel:
     name = "pmgns"
 
     def __init__(self, path: Path = WEIGHTS / "pmgns"):
-        if not available(path):
-            raise NotCovered(f"no trained PMGNS weights at {path}.safetensors; run `dippm-nas train`")
-        self.model, self.card = load(path)
+        self.path = path
         self.analytical = AnalyticalCostModel()
+
+    @property
+    def card(self) -> Card:
+        if not available(self.path):
+            raise NotCovered(f"no trained PMGNS weights at {self.path}.safetensors (run `dippm-nas train`)")
+        return load(self.path)[1]
+
+    @property
+    def model(self) -> PMGNS:
+        return load(self.path)[0]
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not."""

@@ -1,0 +1,100 @@
+"""The learned model's data, splits, metrics, training and shipped-weights runtime, on real records."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dippm_nas.training.metrics import kendall_tau, mape, within
+from dippm_nas.training.records import DATA, harness_records, timm_records
+from dippm_nas.training.splits import device_split, family_split, random_split
+
+SMALL = ["resnet18", "resnet34", "mobilenetv3_small_100", "efficientnet_b0", "regnetx_002", "vit_tiny_patch16_224",
+         "mobilenetv2_100", "resnet10t"]
+
+
+def test_timm_benchmarks_imported_as_they_are():
+    records = timm_records()
+    for path in sorted((DATA / "timm").glob("benchmark-*.csv")):
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        mine = [r for r in records if r.origin.endswith(path.name)]
+        assert len(mine) == len(rows)
+        for row, rec in zip(rows, mine):
+            assert rec.model == row["model"] and rec.latency_ms == float(row["infer_step_time"])
+            assert rec.batch == int(row["infer_batch_size"]) and rec.image_size == int(row["infer_img_size"])
+    r = next(r for r in records if r.origin.endswith("pt240-cu124-rtx4090.csv"))
+    assert (r.device, r.torch, r.cuda, r.precision, r.layout) == ("rtx4090", "2.4.0", "12.4", "fp16", "nchw")
+    assert "timm project" in r.measured_by and r.protocol
+
+
+def test_harness_rows_only_from_a_gpu(tmp_path):
+    assert harness_records(tmp_path) == []
+
+
+def test_metrics():
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    assert kendall_tau(a, a) == pytest.approx(1.0) and kendall_tau(a, -a) == pytest.approx(-1.0)
+    assert kendall_tau(a, np.array([1.0, 3.0, 2.0, 4.0])) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant
+    assert mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) == pytest.approx(0.10)
+    assert within(np.array([109.0, 80.0]), np.array([100.0, 100.0])) == 0.5
+
+
+def test_splits_hold_out_what_they_say():
+    families = np.array(["a"] * 5 + ["b"] * 5 + ["c"] * 5 + ["d"] * 5 + ["e"] * 5)
+    s = family_split(families, seed=0, test_share=0.2, val_share=0.2)
+    assert not set(families[s.test]) & set(families[s.train]) and not set(families[s.val]) & set(families[s.train])
+    devices = np.array(["rtx3090", "rtx4090"] * 10)
+    d = device_split(devices, "rtx3090", "rtx4090")
+    assert set(devices[d.train]) == {"rtx3090"} == set(devices[d.val]) and set(devices[d.test]) == {"rtx4090"}
+    r = random_split(100)
+    assert (len(r.train), len(r.val), len(r.test)) == (70, 15, 15)
+    assert len(set(r.train) | set(r.val) | set(r.test)) == 100
+
+
+@pytest.fixture(scope="module")
+def small_training_set(tmp_path_factory):
+    from dippm_nas.training.dataset import build_training_set
+    from dippm_nas.training.featurize import featurize
+    from dippm_nas.training.records import load_records
+
+    store = tmp_path_factory.mktemp("graphs") / "graphs.sqlite"
+    records = [r for r in load_records() if r.model in SMALL]
+    failures = featurize({r.graph_key for r in records}, store, jobs=1)
+    assert failures == {}
+    assert featurize({r.graph_key for r in records}, store, jobs=1) == {}  # a rerun costs nothing
+    return build_training_set(records, store)
+
+
+def test_train_save_load_predict(small_training_set, tmp_path):
+    from dippm_nas import build_graph
+    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load, save
+    from dippm_nas.hardware import get_device
+    from dippm_nas.training.train import TrainConfig, fit, predict_targets
+
+    ts = small_training_set
+    assert ts.static.shape[0] == len(ts.records) and np.isnan(ts.targets[:, 1]).all()
+    split = random_split(len(ts.records), seed=0)
+    config = TrainConfig(epochs=4, patience=10, batch_size=16)
+    a = fit(ts, split.train, split.val, config, progress=False)
+    b = fit(ts, split.train, split.val, config, progress=False)
+    pa, pb = predict_targets(a, ts, split.test), predict_targets(b, ts, split.test)
+    assert np.allclose(pa, pb)  # seeded: the same run twice gives the same model
+    assert np.isfinite(pa[:, 0]).all() and a.best_epoch >= 0
+
+    save(a, ts, tmp_path / "pmgns", {"note": "test"})
+    load.cache_clear()
+    learned = PMGNSCostModel(tmp_path / "pmgns")
+    graph = build_graph("resnet18", batch=32)
+    est = learned.estimate(graph, get_device("rtx4090"), "fp16")
+    assert math.isfinite(est.latency_ms) and est.latency_ms > 0 and est.cost_model.startswith("pmgns")
+    assert any("resnet" in n and "was in" in n for n in est.notes)
+    with pytest.raises(NotCovered, match="not a100-40gb"):
+        learned.estimate(graph, get_device("a100-40gb"), "fp16")
+    with pytest.raises(NotCovered, match="not fp32"):
+        learned.estimate(graph, get_device("rtx4090"), "fp32")
+    assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
