@@ -123,7 +123,7 @@ class PMGNSCostModel:
         graph1 = unscale_batch(graph)
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": "nchw",
                    "torch": self.card.torch_version}
-        feats, analytical = record_features(graph1, request, self.analytical)
+        feats, analytical = record_features(graph1, request, self.analytical, graph)
         static = torch.tensor([(np.array([feats[n] for n in self.card.static_features]) - self.card.static_mean)
                                / self.card.static_std], dtype=torch.float32)
         x, edges = graph_tensors(graph1)
@@ -131,11 +131,10 @@ class PMGNSCostModel:
         with torch.no_grad():
             out = self.model(x, edges, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
         ratio = math.exp(float(out[0]))
-        memory = self.analytical.memory(graph, precision)
         seen = graph.family in self.card.families
         return Estimate(
-            latency_ms=float(analytical[0]) * ratio, energy_j=float(analytical[1]) * ratio,
-            memory_mib=memory.total_mib, memory=memory,
+            latency_ms=analytical.latency_ms * ratio, energy_j=analytical.energy_j * ratio,
+            memory_mib=analytical.memory_mib, memory=analytical.memory,
             cost_model="pmgns (latency learned; energy = analytical power x learned time; memory analytical)",
             notes=(f"PMGNS trained on {', '.join(self.card.devices)}; model family "
                    f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),

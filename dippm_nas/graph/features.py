@@ -33,10 +33,8 @@ def node_feature_names() -> list[str]:
     return kinds + cats + numeric + attrs + shape
 
 
-def node_features(node: Node, kinds: dict[str, int]) -> list[float]:
-    one_hot = [0.0] * len(kinds)
-    one_hot[kinds.get(node.kind, kinds["other"])] = 1.0
-    category = [1.0 if node.category == c else 0.0 for c in ops.CATEGORIES]
+def _dense_features(node: Node) -> list[float]:
+    """Everything but the two one-hot blocks: numbers, spatial attributes, output shape."""
     kernel = node.weights[0].shape[2:4] if node.category == "conv" and node.weights else ()
     out = node.outputs[0].shape if node.outputs else ()
     numeric = [
@@ -46,7 +44,32 @@ def node_features(node: Node, kinds: dict[str, int]) -> list[float]:
     ]
     attrs = [v for a in _SPATIAL_ATTRS for v in _pair(node.attrs.get(a))]
     shape = [_log(d) for d in out[-MAX_RANK:]] + [0.0] * (MAX_RANK - min(len(out), MAX_RANK))
-    return one_hot + category + numeric + attrs + shape
+    return numeric + attrs + shape
+
+
+_CATEGORY_INDEX = {c: i for i, c in enumerate(ops.CATEGORIES)}
+
+
+def node_feature_matrix(graph: ModelGraph) -> torch.Tensor:
+    """``[nodes, features]`` in the order of :func:`node_feature_names`: kind one-hot, category
+    one-hot, then the dense features."""
+    vocab = ops.vocabulary()
+    kinds = {k: i for i, k in enumerate(vocab)}
+    n_kinds, n_cats = len(vocab), len(ops.CATEGORIES)
+    dense = torch.tensor([_dense_features(n) for n in graph.nodes], dtype=torch.float32)
+    x = torch.zeros((len(graph.nodes), n_kinds + n_cats + (dense.shape[1] if len(graph.nodes) else 0)))
+    rows = torch.arange(len(graph.nodes))
+    x[rows, torch.tensor([kinds.get(n.kind, kinds["other"]) for n in graph.nodes], dtype=torch.long)] = 1.0
+    x[rows, n_kinds + torch.tensor([_CATEGORY_INDEX[n.category] for n in graph.nodes], dtype=torch.long)] = 1.0
+    if len(graph.nodes):
+        x[:, n_kinds + n_cats:] = dense
+    return x
+
+
+def edge_index(graph: ModelGraph) -> torch.Tensor:
+    if not graph.edges:
+        return torch.zeros((2, 0), dtype=torch.long)
+    return torch.tensor(graph.edges, dtype=torch.long).t().contiguous()
 
 
 def static_feature_names() -> list[str]:
@@ -82,9 +105,5 @@ def to_pyg(graph: ModelGraph):
     """A ``torch_geometric.data.Data`` with ``x``, ``edge_index`` and ``static`` (1 x F)."""
     from torch_geometric.data import Data
 
-    kinds = {k: i for i, k in enumerate(ops.vocabulary())}
-    x = torch.tensor([node_features(n, kinds) for n in graph.nodes], dtype=torch.float32)
-    edge_index = torch.tensor(graph.edges, dtype=torch.long).t().contiguous() if graph.edges \
-        else torch.zeros((2, 0), dtype=torch.long)
     static = torch.tensor([list(static_features(graph).values())], dtype=torch.float32)
-    return Data(x=x, edge_index=edge_index, static=static, num_nodes=len(graph.nodes))
+    return Data(x=node_feature_matrix(graph), edge_index=edge_index(graph), static=static, num_nodes=len(graph.nodes))

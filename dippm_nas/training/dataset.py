@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +14,10 @@ from tqdm import tqdm
 
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.pmgns import TARGETS
-from dippm_nas.graph import ops
 from dippm_nas.graph.batching import scale_batch
-from dippm_nas.graph.features import node_features, static_features
+from dippm_nas.graph.features import edge_index, node_feature_matrix, static_features
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
 from dippm_nas.training.featurize import DEFAULT_STORE, store_key
@@ -46,14 +46,15 @@ def _torch_version(text: str) -> float:
         return 0.0
 
 
-def record_features(graph1: ModelGraph, record_like: dict, analytical: AnalyticalCostModel) -> tuple[dict[str, float], np.ndarray]:
-    """Static features of one configuration and the analytical estimate (latency, energy, memory).
+def record_features(graph1: ModelGraph, record_like: dict, analytical: AnalyticalCostModel,
+                    graph: ModelGraph | None = None) -> tuple[dict[str, float], Estimate]:
+    """Static features of one configuration and its analytical estimate.
 
     ``record_like`` needs batch, device, precision, layout and torch: a Record or a prediction
-    request alike."""
+    request alike. ``graph`` is the graph at that batch when the caller has it already."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
-    graph = scale_batch(graph1, record_like["batch"])
+    graph = graph if graph is not None else scale_batch(graph1, record_like["batch"])
     estimate = analytical.estimate(graph, device, precision)
     total = estimate.latency_ms or 1e-9
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
@@ -66,17 +67,13 @@ def record_features(graph1: ModelGraph, record_like: dict, analytical: Analytica
     feats["torch_version"] = _torch_version(record_like["torch"])
     for bound in BOUNDS:
         feats[f"time_share_{bound}"] = sum(c.time_ms for c in estimate.nodes if c.bound == bound) / total
-    est = np.array([estimate.latency_ms, estimate.energy_j, estimate.memory_mib])
-    for name, value in zip(TARGETS, est):
+    for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, estimate.memory_mib)):
         feats[f"log_analytical_{name}"] = math.log(value)
-    return feats, est
+    return feats, estimate
 
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
-    kinds = {k: i for i, k in enumerate(ops.vocabulary())}
-    x = torch.tensor([node_features(n, kinds) for n in graph.nodes], dtype=torch.float32)
-    edges = torch.tensor(graph.edges, dtype=torch.long).t().contiguous() if graph.edges else torch.zeros((2, 0), dtype=torch.long)
-    return x, edges
+    return node_feature_matrix(graph), edge_index(graph)
 
 
 @dataclass
@@ -122,11 +119,10 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     statics, estimates = [], []
     names: list[str] = []
     for r in tqdm(kept, desc="analytical estimates", unit="record", file=sys.stderr):
-        feats, est = record_features(graphs[r.graph_key], vars(r) if not hasattr(r, "__dataclass_fields__") else
-                                     {f: getattr(r, f) for f in r.__dataclass_fields__}, analytical)
+        feats, est = record_features(graphs[r.graph_key], asdict(r), analytical)
         names = names or list(feats)
         statics.append([feats[n] for n in names])
-        estimates.append(est)
+        estimates.append([est.latency_ms, est.energy_j, est.memory_mib])
     targets = np.array([[np.nan if getattr(r, t) is None else getattr(r, t) for t in TARGETS] for r in kept])
     return TrainingSet(
         records=kept, graph_keys=keys, x=[t[0] for t in tensors], edges=[t[1] for t in tensors],
