@@ -213,6 +213,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    import optuna
+
+    from dippm_nas.integration.report import write_report
+
+    try:
+        study = optuna.load_study(study_name=args.study, storage=args.storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(args.storage)]
+        raise DippmError(f"no study {args.study!r} in {args.storage}; studies there: {', '.join(names) or 'none'}.") from None
+    summary = write_report(study, args.out, args.png)
+    print(f"{summary.path}: {summary.trials} scored trials, {summary.feasible} feasible, "
+          f"{len(summary.pareto)} on a Pareto front" + (f"; PNGs in {args.png}" if args.png else ""))
+    if args.screenshot:
+        from dippm_nas.integration.browser import screenshot
+
+        print(f"screenshot of the page: {screenshot(summary.path, args.screenshot)}")
+    return 0
+
+
 def _ints(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v]
@@ -255,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
     me.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
     me.set_defaults(func=cmd_measure)
+    rp = sub.add_parser("report", help="a self-contained HTML report of a study: Pareto fronts, table, history")
+    rp.add_argument("--storage", required=True, help="Optuna storage URL, e.g. sqlite:///nas.db or postgresql://...")
+    rp.add_argument("--study", required=True, help="study name")
+    rp.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
+    rp.add_argument("--png", default=None, metavar="DIR", help="also write the plots as PNG files into DIR")
+    rp.add_argument("--screenshot", default=None, metavar="PNG", help="also a screenshot of the page (headless Chromium)")
+    rp.set_defaults(func=cmd_report)
     ds = sub.add_parser("dataset", help="import the measurements into data/records.csv and featurize their models")
     ds.add_argument("--featurize", action="store_true", help="build the graph of every model (resumable, cached)")
     ds.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")

@@ -36,10 +36,15 @@ def main() -> None:
     space = get_search_space("mobilenetv3")
     cost = HardwareCostModel(device="a100-40gb", batch=8, precision="fp32", cache=args.cache)
     constraints = HardwareConstraints(latency_ms=args.latency_ms, mig_profiles=("1g.5gb",), device="a100-40gb")
-    objective = HardwareObjective(space, lambda c: naswot_score(c.instantiate(), c.input_shape), cost,
+    def proxy(candidate) -> float:
+        return naswot_score(candidate.instantiate(), candidate.input_shape)
+
+    proxy.metric_name = "NASWOT proxy"
+    objective = HardwareObjective(space, proxy, cost,
                                   objectives=(), constraints=constraints)
     study = optuna.create_study(study_name=args.study, storage=args.storage, load_if_exists=True,
                                 directions=objective.directions, sampler=optuna.samplers.TPESampler(seed=args.seed))
+    study.set_metric_names(objective.metric_names)
     study.optimize(objective, n_trials=args.trials, show_progress_bar=True)
 
     states = [t.state.name for t in study.trials]

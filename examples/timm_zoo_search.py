@@ -37,10 +37,15 @@ def main() -> None:
 
     space = get_search_space("timm_zoo", entries=None if args.all else CURATED)
     cost = HardwareCostModel(device="a100-40gb", batch=args.batch, precision="fp16", cache=args.cache)
-    objective = HardwareObjective(space, lambda c: c.metadata["top1"], cost, objectives=("latency_ms", "energy_j"),
+    def top1(candidate) -> float:
+        return candidate.metadata["top1"]
+
+    top1.metric_name = "ImageNet top-1 (%)"
+    objective = HardwareObjective(space, top1, cost, objectives=("latency_ms", "energy_j"),
                                   constraints=HardwareConstraints(mig_profiles=(args.profile,), device="a100-40gb"))
     study = optuna.create_study(study_name=args.study, storage=args.storage, load_if_exists=True,
                                 directions=objective.directions, sampler=optuna.samplers.TPESampler(seed=args.seed))
+    study.set_metric_names(objective.metric_names)
     study.optimize(objective, n_trials=args.trials, show_progress_bar=True)
 
     front = {t.params["model"]: t for t in feasible_pareto_front(study)}.values()  # TPE may repeat a choice

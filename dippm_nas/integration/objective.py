@@ -44,6 +44,11 @@ class HardwareObjective:
     def directions(self) -> list[str]:
         return ["maximize"] + ["minimize"] * len(self.objectives)
 
+    @property
+    def metric_names(self) -> list[str]:
+        """For ``study.set_metric_names``: reports and the dashboard then name the axes."""
+        return [getattr(self.accuracy_fn, "metric_name", "accuracy"), *self.objectives]
+
     def __call__(self, trial: optuna.Trial) -> tuple[float, ...]:
         candidate = self.space.sample(trial)
         trial.set_user_attr("architecture", dict(candidate.arch))

@@ -1,0 +1,176 @@
+"""One self-contained HTML report of a hardware-aware study: Pareto fronts, the Pareto table, history.
+
+Plots are Plotly figures with plotly.js inlined, so the file opens with no network. Each front plots
+the study's first objective (the accuracy) against a predicted cost; points are coloured by the
+smallest MIG profile they fit, infeasible trials are grey, and the 2-D Pareto front (feasible trials
+that no other feasible trial beats on both axes) is drawn as a line. The history comes from Optuna's
+own ``plot_optimization_history``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from dippm_nas.errors import DippmError
+from dippm_nas.integration.filters import is_feasible
+
+COSTS = {"latency_ms": "predicted latency (ms)", "energy_j": "predicted energy (J)", "memory_mb": "predicted memory (MiB)"}
+INFEASIBLE = "infeasible"
+PALETTE = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728"]
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    path: Path
+    trials: int
+    feasible: int
+    pareto: tuple[int, ...]
+    pngs: tuple[Path, ...] = ()
+
+
+def scored_trials(study: optuna.Study) -> list[FrozenTrial]:
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "latency_ms" in t.user_attrs]
+    if not trials:
+        raise DippmError(f"study {study.study_name!r} has no completed trial scored by dippm-nas (no latency_ms "
+                         "user attribute); run a search with HardwareObjective first.")
+    return trials
+
+
+def pareto_2d(trials: list[FrozenTrial], cost: str, maximize: bool) -> list[FrozenTrial]:
+    """Feasible trials that no other feasible trial beats on both the objective and ``cost``."""
+    sign = 1.0 if maximize else -1.0
+    ordered = sorted((t for t in trials if is_feasible(t)), key=lambda t: (t.user_attrs[cost], -sign * t.values[0]))
+    front, best = [], float("-inf")
+    for t in ordered:
+        if sign * t.values[0] > best:
+            front.append(t)
+            best = sign * t.values[0]
+    return front
+
+
+def _group(t: FrozenTrial) -> str:
+    return t.user_attrs.get("mig_profile") or "fits no MIG slice" if is_feasible(t) else INFEASIBLE
+
+
+def _objective_name(study: optuna.Study) -> str:
+    names = study.metric_names
+    return names[0] if names else "objective 0 (accuracy)"
+
+
+def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str):
+    import plotly.graph_objects as go
+
+    maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
+    groups = sorted({_group(t) for t in trials}, key=lambda g: (g == INFEASIBLE, g))
+    fig = go.Figure()
+    for i, group in enumerate(groups):
+        members = [t for t in trials if _group(t) == group]
+        fig.add_trace(go.Scatter(
+            x=[t.user_attrs[cost] for t in members], y=[t.values[0] for t in members], mode="markers", name=group,
+            marker={"color": "#b0b0b0" if group == INFEASIBLE else PALETTE[i % len(PALETTE)], "size": 8,
+                    "opacity": 0.5 if group == INFEASIBLE else 0.9},
+            text=[f"trial {t.number}" for t in members],
+            hovertemplate="%{text}<br>%{x:.4g}<br>objective %{y:.4g}<extra>" + group + "</extra>"))
+    front = pareto_2d(trials, cost, maximize)
+    fig.add_trace(go.Scatter(x=[t.user_attrs[cost] for t in front], y=[t.values[0] for t in front],
+                             mode="lines", line={"shape": "hv", "color": "black", "width": 1.5}, name="Pareto front"))
+    device = trials[0].user_attrs.get("device", "")
+    fig.update_layout(title=f"{_objective_name(study)} against {COSTS[cost]} on {device}", xaxis_title=COSTS[cost],
+                      yaxis_title=_objective_name(study), legend_title="smallest MIG profile", height=460,
+                      template="plotly_white")
+    return fig, front
+
+
+def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
+    head = ["trial", _objective_name(study), "latency ms", "energy J", "memory MiB", "MIG profile", "cost model",
+            "architecture"]
+    rows = []
+    for t in front:
+        a = t.user_attrs
+        arch = a.get("architecture", t.params)
+        rows.append([str(t.number), f"{t.values[0]:.4g}", f"{a['latency_ms']:.4g}", f"{a['energy_j']:.4g}",
+                     f"{a['memory_mb']:.0f}", str(a.get("mig_profile") or "none"), str(a.get("cost_model", "")),
+                     json.dumps(arch, sort_keys=True)[:400]])
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return f'<table id="pareto-table"><thead><tr>{header}</tr></thead><tbody>{cells}</tbody></table>'
+
+
+def _pngs(study: optuna.Study, trials: list[FrozenTrial], folder: Path) -> tuple[Path, ...]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
+    out = []
+    for cost, label in COSTS.items():
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        groups = sorted({_group(t) for t in trials}, key=lambda g: (g == INFEASIBLE, g))
+        for i, group in enumerate(groups):
+            members = [t for t in trials if _group(t) == group]
+            ax.scatter([t.user_attrs[cost] for t in members], [t.values[0] for t in members], s=14, label=group,
+                       color="#b0b0b0" if group == INFEASIBLE else PALETTE[i % len(PALETTE)])
+        front = pareto_2d(trials, cost, maximize)
+        ax.step([t.user_attrs[cost] for t in front], [t.values[0] for t in front], where="post", color="black",
+                linewidth=1, label="Pareto front")
+        ax.set_xlabel(label)
+        ax.set_ylabel(_objective_name(study))
+        ax.legend(fontsize=7, title="smallest MIG profile", title_fontsize=7)
+        fig.tight_layout()
+        path = folder / f"pareto_{cost}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out.append(path)
+    return tuple(out)
+
+
+def write_report(study: optuna.Study, out: str | Path = "report.html", png_dir: str | Path | None = None) -> ReportSummary:
+    trials = scored_trials(study)
+    fronts, sections = {}, []
+    plotly_js = "inline"
+    for cost in COSTS:
+        fig, front = _front_figure(study, trials, cost)
+        fronts[cost] = front
+        sections.append(fig.to_html(full_html=False, include_plotlyjs=plotly_js, div_id=f"front-{cost}"))
+        plotly_js = False
+    history = optuna.visualization.plot_optimization_history(
+        study, target=lambda t: t.values[0], target_name=_objective_name(study))
+    sections.append(history.to_html(full_html=False, include_plotlyjs=False, div_id="history"))
+    pareto = sorted({t.number for front in fronts.values() for t in front})
+    by_number = {t.number: t for t in trials}
+    feasible = sum(is_feasible(t) for t in trials)
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    summary = (f"{len(states)} trials: {states.count('COMPLETE')} complete ({feasible} feasible), "
+               f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed. Device "
+               f"{html.escape(str(trials[0].user_attrs.get('device')))}, batch {trials[0].user_attrs.get('batch')}, "
+               f"precision {html.escape(str(trials[0].user_attrs.get('precision')))}.")
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>dippm-nas report: {html.escape(study.study_name)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:24px;max-width:1300px}}
+table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top}}
+th{{background:#f3f3f3}}td:last-child{{font-family:monospace;font-size:11px;max-width:520px;word-break:break-all}}</style>
+</head><body>
+<h1>dippm-nas report: {html.escape(study.study_name)}</h1>
+<p id="summary">{summary} Predictions come from the cost model named in each row; grey points broke a
+constraint; colours give the smallest MIG profile each candidate fits.</p>
+<h2>Pareto fronts</h2>
+{''.join(sections[:3])}
+<h2>Pareto-optimal trials</h2>
+{_table(study, [by_number[n] for n in pareto])}
+<h2>Search history</h2>
+{sections[3]}
+</body></html>
+"""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    pngs = _pngs(study, trials, Path(png_dir)) if png_dir else ()
+    return ReportSummary(out, len(trials), feasible, tuple(pareto), pngs)
