@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--study", default="mobilenetv3-1g.5gb")
     parser.add_argument("--cache", default=None, help="SQLite file for the subgraph cache, shared by workers")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report", default=None, metavar="HTML", help="write the study's HTML report here at the end")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -57,6 +58,11 @@ def main() -> None:
     print(f"best NASWOT proxy {best.value:.1f} (trial {best.number}): resolution {a['architecture']['resolution']}, "
           f"{a['latency_ms']:.3f} ms, {a['energy_j']:.4f} J, {a['memory_mb']:.0f} MiB, MIG {a['mig_profile']} "
           f"[{a['cost_model']}]")
+
+    if args.report:
+        from dippm_nas.integration.report import write_report
+
+        print(f"report: {write_report(study, args.report).path}")
 
 
 if __name__ == "__main__":

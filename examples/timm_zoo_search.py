@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--study", default="timm-zoo-a100")
     parser.add_argument("--cache", default=None, help="SQLite file for the graph cache, shared by workers")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report", default=None, metavar="HTML", help="write the study's HTML report here at the end")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -56,6 +57,11 @@ def main() -> None:
         a = t.user_attrs
         print(f"{t.params['model']:40s} {t.values[0]:6.2f} {a['latency_ms']:8.3f} {a['energy_j']:8.4f} "
               f"{a['memory_mb']:7.0f}  {a['mig_profile']}")
+
+    if args.report:
+        from dippm_nas.integration.report import write_report
+
+        print(f"report: {write_report(study, args.report).path}")
 
 
 if __name__ == "__main__":
