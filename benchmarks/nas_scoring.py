@@ -75,11 +75,10 @@ def main() -> int:
         if cache.misses["block"] == misses_before:
             all_blocks_cached_times.append(elapsed)
     block_hit_rate = cache.hit_rate("block")
-    blocks_stored = sum(1 for k in cache._memory if k.startswith("block:"))
+    blocks_stored = len(cache.memory_keys("block"))
 
     # warm: every block cached, whole-candidate entries dropped, so each score stitches anew
-    for key in [k for k in cache._memory if k.startswith("candidate:")]:
-        del cache._memory[key]
+    cache.forget("candidate")
     warm_start = time.perf_counter()
     warm, warm_times = timed(cached_model.score, candidates, "warm (stitch + predict)")
     warm_total = time.perf_counter() - warm_start

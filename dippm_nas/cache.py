@@ -85,6 +85,10 @@ class GraphCache:
         total = self.hits[kind] + self.misses[kind]
         return self.hits[kind] / total if total else 0.0
 
-    def clear_memory(self) -> None:
-        """Forget the in-memory copies (the disk store stays)."""
-        self._memory.clear()
+    def memory_keys(self, kind: str) -> list[str]:
+        return [k for k in self._memory if self._kind(k) == kind]
+
+    def forget(self, kind: str) -> None:
+        """Drop the in-memory entries of one kind (the disk store keeps them)."""
+        for key in self.memory_keys(kind):
+            del self._memory[key]

@@ -4,7 +4,6 @@ the paper's GNN comparison, tables in ``docs/accuracy.md`` and predicted-against
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -142,6 +141,3 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     (docs / "accuracy" / "results.json").write_text(json.dumps(results, indent=1, default=float))
     return results
 
-
-def finite(value: float) -> bool:
-    return value is not None and not math.isnan(value)

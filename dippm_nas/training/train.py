@@ -25,10 +25,10 @@ class TrainConfig:
     conv: str = "sage"
     epochs: int = 150
     patience: int = 25
-    batch_size: int = 128
+    batch_size: int = 32  # graphs per step; every record of those graphs joins the step
     lr: float = 2e-3
     weight_decay: float = 1e-4
-    hidden: int = 128
+    hidden: int = 64
     warmup_epochs: int = 5
     seed: int = 0
 
@@ -115,21 +115,27 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     y = torch.nan_to_num(y)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = max(1, int(np.ceil(len(train) / config.batch_size)))
+    steps_per_epoch = max(1, int(np.ceil(len(np.unique(ts.graph_of[train])) / config.batch_size)))
     total = steps_per_epoch * config.epochs
     warmup = steps_per_epoch * config.warmup_epochs
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / total))))
     loss_fn = nn.HuberLoss(delta=HUBER_DELTA, reduction="sum")
     rng = np.random.default_rng(config.seed)
+    # Steps are built from graphs, not records: each graph is embedded once per epoch however many
+    # of its records (devices, batch sizes, runtimes) are in the training set.
+    by_graph: dict[int, list[int]] = {}
+    for r in train:
+        by_graph.setdefault(int(ts.graph_of[r]), []).append(int(r))
+    graph_ids = np.array(sorted(by_graph))
     best_state, stale = None, 0
     bar = tqdm(range(config.epochs), desc=f"training {label or config.conv}", unit="epoch", file=sys.stderr,
                disable=not progress)
     for epoch in bar:
         model.train()
-        order = rng.permutation(train)
+        order = rng.permutation(graph_ids)
         for start in range(0, len(order), config.batch_size):
-            chunk = order[start:start + config.batch_size]
+            chunk = np.array([r for g in order[start:start + config.batch_size] for r in by_graph[int(g)]])
             out = _forward(model, ts, xs, static, chunk)
             m = mask[chunk]
             loss = loss_fn(out[m], y[chunk][m]) / max(1, int(m.sum()))
