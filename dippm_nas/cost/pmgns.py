@@ -23,6 +23,9 @@ import torch
 from torch import nn
 
 TARGETS = ("latency_ms", "energy_j", "memory_mb")
+#: The correction is bounded: at most a factor e^4 (about 55) either way from the analytical model,
+#: so a model far outside the training data cannot be predicted absurdly.
+MAX_LOG_RATIO = 4.0
 
 
 def _sage(d_in: int, d_out: int) -> nn.Module:
@@ -88,4 +91,4 @@ class PMGNS(nn.Module):
             features = torch.cat([self.embed(x, edge_index, batch, graphs)[graph_of], static], dim=1)
         else:
             features = static
-        return self.head(features)
+        return MAX_LOG_RATIO * torch.tanh(self.head(features) / MAX_LOG_RATIO)

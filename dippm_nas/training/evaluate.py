@@ -75,7 +75,9 @@ def _fmt(m: dict[str, float]) -> str:
 
 
 def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs: Path = DOCS,
-             comparison_splits: tuple[str, ...] = ("random", "family")) -> dict[str, object]:
+             comparison_splits: tuple[str, ...] = ("random", "family"), ship=None) -> dict[str, object]:
+    """``ship(fitted, split, test_metrics)`` receives the random split's GraphSAGE model: the very model
+    ``dippm-nas train`` fits with the same seed and configuration, so one run can also ship it."""
     results: dict[str, object] = {"config": asdict(config), "splits": {}, "comparison": {}}
     lines = ["# Accuracy", "",
              "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
@@ -103,6 +105,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
         for name, m in metrics.items():
             verdict = ("met" if ok else "NOT met") if name.startswith("PMGNS") and bar else ""
             lines.append(f"| {split.name} | {len(split.test)} | {name} | {_fmt(m)} | {bar_text + ': ' + verdict if verdict else ''} |")
+        if ship is not None and split.name == "random":
+            ship(fitted, split, metrics["PMGNS (GraphSAGE)"])
         results["splits"][split.name] = {"description": split.description, "metrics": metrics,
                                          "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
                                          "val_mape": fitted.best_val_mape, "n_train": len(split.train),

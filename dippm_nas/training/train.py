@@ -23,8 +23,8 @@ HUBER_DELTA = 0.2  # on the log-ratio: errors beyond ~22 % count linearly
 @dataclass
 class TrainConfig:
     conv: str = "sage"
-    epochs: int = 150
-    patience: int = 25
+    epochs: int = 60
+    patience: int = 10
     batch_size: int = 32  # graphs per step; every record of those graphs joins the step
     lr: float = 2e-3
     weight_decay: float = 1e-4
@@ -46,10 +46,22 @@ class Fitted:
     config: TrainConfig
 
     def normalize_static(self, static: np.ndarray) -> torch.Tensor:
-        return torch.tensor((static - self.static_mean) / self.static_std, dtype=torch.float32)
+        z = np.clip((static - self.static_mean) / self.static_std, -FEATURE_CLIP, FEATURE_CLIP)
+        return torch.tensor(z, dtype=torch.float32)
 
     def normalize_nodes(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.node_mean) / self.node_std
+        return ((x - self.node_mean) / self.node_std).clamp(-FEATURE_CLIP, FEATURE_CLIP)
+
+
+#: A feature (almost) constant in training, such as the count of an operator no training model has,
+#: keeps unit scale: dividing by its tiny spread would turn an unseen family's value into 10^6.
+MIN_FEATURE_STD = 1e-2
+#: Standardised features are clipped to this many standard deviations.
+FEATURE_CLIP = 8.0
+
+
+def _floor_std(std: np.ndarray) -> np.ndarray:
+    return np.where(std < MIN_FEATURE_STD, 1.0, std)
 
 
 def seed_everything(seed: int) -> None:
@@ -102,10 +114,10 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
         progress: bool = True, label: str = "") -> Fitted:
     seed_everything(config.seed)
     static_mean = ts.static[train].mean(axis=0)
-    static_std = ts.static[train].std(axis=0) + 1e-6
+    static_std = _floor_std(ts.static[train].std(axis=0))
     train_graphs = np.unique(ts.graph_of[train])
     all_x = torch.cat([ts.x[g] for g in train_graphs])
-    node_mean, node_std = all_x.mean(dim=0), all_x.std(dim=0) + 1e-6
+    node_mean, node_std = all_x.mean(dim=0), torch.as_tensor(_floor_std(all_x.std(dim=0).numpy()), dtype=torch.float32)
     model = PMGNS(ts.x[0].shape[1], ts.static.shape[1], conv=config.conv, hidden=config.hidden)
     fitted = Fitted(model, static_mean, static_std, node_mean, node_std, float("inf"), -1, 0, config)
     xs = [fitted.normalize_nodes(x) for x in ts.x]
