@@ -98,3 +98,19 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     with pytest.raises(NotCovered, match="not fp32"):
         learned.estimate(graph, get_device("rtx4090"), "fp32")
     assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
+
+
+def test_shipped_weights_used_where_trained_and_not_elsewhere():
+    from dippm_nas import predict
+    from dippm_nas.cost.learned import available, load
+
+    if not available():
+        pytest.skip("no shipped weights (run `dippm-nas train`)")
+    load.cache_clear()
+    trained = predict("resnet18", batch=64, device="rtx4090", precision="fp16")
+    assert trained.cost_model.startswith("pmgns") and any("was in its training data" in n for n in trained.notes)
+    elsewhere = predict("resnet18", batch=64, device="a100-40gb", precision="fp16")
+    assert elsewhere.cost_model == "analytical"
+    assert any("not a100-40gb" in n and "analytical" in n for n in elsewhere.notes)
+    raw = (Path(__file__).resolve().parents[2] / "dippm_nas" / "cost" / "weights" / "pmgns.safetensors").read_bytes()
+    assert not raw.startswith(b"\x80")  # safetensors, never a pickle
