@@ -25,8 +25,8 @@ _EXPORTS = {
     "list_devices": "dippm_nas.hardware", "paper_mig_rule": "dippm_nas.hardware",
     "select_mig_profile": "dippm_nas.hardware",
     "TensorSpec": "dippm_nas.inputs",
-    "SliceEstimate": "dippm_nas.predict", "build_graph": "dippm_nas.predict", "mig_table": "dippm_nas.predict",
-    "predict": "dippm_nas.predict", "predict_graph": "dippm_nas.predict",
+    "SliceEstimate": "dippm_nas._predict", "build_graph": "dippm_nas._predict", "mig_table": "dippm_nas._predict",
+    "predict": "dippm_nas._predict", "predict_graph": "dippm_nas._predict",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -63,7 +63,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from dippm_nas.predict import predict
+    from dippm_nas._predict import predict
 
     p = predict(args.model, _inputs(args), args.batch, args.device, args.precision,
                 cost_model=args.cost_model, mig_margin=args.mig_margin)
@@ -111,7 +111,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_mig(args: argparse.Namespace) -> int:
-    from dippm_nas.predict import build_graph, mig_table, predict_graph
+    from dippm_nas._predict import build_graph, mig_table, predict_graph
 
     graph = build_graph(args.model, _inputs(args), args.batch)
     whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin)

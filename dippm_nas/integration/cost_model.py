@@ -49,7 +49,7 @@ class HardwareCostModel:
     def graph(self, candidate: Any, inputs: InputLike = None):
         if self.use_cache:
             return self.featurizer.graph(candidate, inputs)
-        from dippm_nas.predict import build_graph
+        from dippm_nas._predict import build_graph
 
         if getattr(candidate, "model", None) is not None:
             return build_graph(candidate.model, candidate.input_shape, self.batch)
@@ -60,7 +60,7 @@ class HardwareCostModel:
 
     def score(self, candidate: Any, inputs: InputLike = None) -> Prediction:
         """A search-space candidate, or any model :func:`dippm_nas.predict` accepts."""
-        from dippm_nas.predict import predict_graph
+        from dippm_nas._predict import predict_graph
 
         return predict_graph(self.graph(candidate, inputs), self.device, self.precision, self.cost_model,
                              self.mig_margin)

@@ -38,7 +38,7 @@ class CachedFeaturizer:
         key = f"block:{block.signature}:b{self.batch}"
         graph = self.cache.get(key)
         if graph is None:
-            from dippm_nas.predict import build_graph
+            from dippm_nas._predict import build_graph
 
             graph = build_graph(block.build(), TensorSpec(block.input_shape, block.dtype), self.batch)
             self.cache.put(key, graph)
@@ -56,7 +56,7 @@ class CachedFeaturizer:
         key = _model_key(model, inputs, self.batch)
         graph = self.cache.get(key)
         if graph is None:
-            from dippm_nas.predict import build_graph
+            from dippm_nas._predict import build_graph
 
             graph = build_graph(model, inputs, self.batch)
             self.cache.put(key, graph)

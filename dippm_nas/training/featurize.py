@@ -32,7 +32,7 @@ def store_key(graph_key: str) -> str:
 def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
     warnings.filterwarnings("ignore")
     from dippm_nas.inputs import TensorSpec
-    from dippm_nas.predict import build_graph
+    from dippm_nas._predict import build_graph
 
     source, _, rest = graph_key.partition(":")
     model, _, size = rest.rpartition("@")
