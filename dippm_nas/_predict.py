@@ -13,7 +13,7 @@ from dippm_nas.graph.from_relax import relax_to_graph
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, fits, select_mig_profile
 from dippm_nas.hardware.registry import Device, check_precision, get_device
-from dippm_nas.inputs import InputLike
+from dippm_nas.inputs import InputLike, check_batch
 
 DEFAULT_DEVICE = "a100-40gb"
 
@@ -23,12 +23,6 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
     loaded = load_model(model, input_shape, batch)
     graph = relax_to_graph(loaded.mod, loaded.name)
     return replace(graph, source=loaded.source, family=loaded.family, warnings=loaded.warnings)
-
-
-def _check_batch(batch: object) -> int:
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
-        raise DippmError(f"batch size must be a positive integer, got {batch!r}.")
-    return batch
 
 
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
@@ -76,7 +70,7 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     """
     gpu = get_device(device)  # fail on a bad device before the slow import
     check_precision(precision)
-    graph = build_graph(model, input_shape, _check_batch(batch))
+    graph = build_graph(model, input_shape, check_batch(batch))
     return predict_graph(graph, gpu, precision, cost_model, mig_margin)
 
 

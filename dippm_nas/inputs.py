@@ -40,6 +40,12 @@ InputSpec = tuple[TensorSpec, ...]
 InputLike = Sequence[int] | TensorSpec | Sequence[TensorSpec] | str | None
 
 
+def check_batch(batch: object) -> int:
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
+        raise InputSpecError(f"batch size must be a positive integer, got {batch!r}.")
+    return batch
+
+
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)``."""
     parts = [p for p in re.split(r"[,x\s]+", text.strip().strip("()[]")) if p]

@@ -14,7 +14,7 @@ from typing import Any
 import tvm
 
 from dippm_nas.errors import DippmError
-from dippm_nas.inputs import InputLike, InputSpec, normalize_inputs
+from dippm_nas.inputs import InputLike, InputSpec, check_batch, normalize_inputs
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
     (a Hugging Face ``transformers`` architecture built from its default config, no weights).
     ``inputs`` is None for the model's default input (an image, or 128 token ids).
     """
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
-        raise DippmError(f"batch size must be a positive integer, got {batch!r}.")
+    check_batch(batch)
     spec = normalize_inputs(inputs)
     for _, matches, load in _FRONTENDS:
         if matches(model):

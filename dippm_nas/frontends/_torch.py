@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from collections.abc import Sequence
 
 import torch
 from torch import fx

@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import ModelGraph, Node, Shape, Tensor
+from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
 
 GENERIC_OP_PREFIX = "dippm.generic."
 _EPILOGUE_HOSTS = frozenset({"conv", "matmul"})

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dippm_nas.graph.model_graph import Tensor, numel
+from dippm_nas.graph.model_graph import Tensor
 
 #: mean, variance, subtract, divide, scale-and-shift.
 NORM_FLOPS_PER_ELEMENT = 5

@@ -8,10 +8,9 @@ from typing import Any
 
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.base import Prediction
-from dippm_nas.errors import DippmError
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
 from dippm_nas.hardware.registry import check_precision, get_device
-from dippm_nas.inputs import InputLike
+from dippm_nas.inputs import InputLike, check_batch
 from dippm_nas.integration.featurizer import CachedFeaturizer
 
 
@@ -31,8 +30,7 @@ class HardwareCostModel:
     def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
                  use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN):
-        if not isinstance(batch, int) or batch <= 0:
-            raise DippmError(f"batch size must be a positive integer, got {batch!r}.")
+        check_batch(batch)
         self.device = get_device(device)
         self.precision = check_precision(precision)
         self.batch = batch
