@@ -23,7 +23,7 @@ from dippm_nas.cost.pmgns import PMGNS, TARGETS
 from dippm_nas.graph.batching import unscale_batch
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
-from dippm_nas.training.train import FEATURE_CLIP
+from dippm_nas.training.train import standardize
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
@@ -125,10 +125,10 @@ class PMGNSCostModel:
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": "nchw",
                    "torch": self.card.torch_version}
         feats, analytical = record_features(graph1, request, self.analytical, graph)
-        z = (np.array([feats[n] for n in self.card.static_features]) - self.card.static_mean) / self.card.static_std
-        static = torch.tensor([np.clip(z, -FEATURE_CLIP, FEATURE_CLIP)], dtype=torch.float32)
+        raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)
+        static = standardize(raw, self.card.static_mean, self.card.static_std)
         x, edges = graph_tensors(graph1)
-        x = ((x - self.card.node_mean) / self.card.node_std).clamp(-FEATURE_CLIP, FEATURE_CLIP)
+        x = standardize(x, self.card.node_mean, self.card.node_std)
         with torch.no_grad():
             out = self.model(x, edges, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
         ratio = math.exp(float(out[0]))

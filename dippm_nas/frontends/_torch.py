@@ -34,8 +34,13 @@ def _relax_type(value: object) -> relax.TensorType | list[relax.TensorType]:
     if isinstance(value, torch.Tensor):
         return relax.TensorType([int(d) for d in value.shape], str(value.dtype).removeprefix("torch."))
     if isinstance(value, list | tuple):
-        return [t for v in value for t in (lambda r: r if isinstance(r, list) else [r])(_relax_type(v))]
+        return [t for v in value for t in _tensor_types(v)]
     raise TypeError(f"no tensor type for {type(value).__name__}")
+
+
+def _tensor_types(value: object) -> list[relax.TensorType]:
+    found = _relax_type(value)
+    return found if isinstance(found, list) else [found]
 
 
 def _generic_converter(aten_name: str):

@@ -95,7 +95,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     for split in splits_for(ts, config.seed):
         fitted = fit(ts, split.train, split.val, config, label=f"sage/{split.name}")
         measured = ts.targets[split.test, 0]
-        preds = {"PMGNS (GraphSAGE)": predict_targets(fitted, ts, split.test)[:, 0],
+        pmgns = predict_targets(fitted, ts, split.test)
+        preds = {"PMGNS (GraphSAGE)": pmgns[:, 0],
                  "analytical": ts.analytical[split.test, 0], "log-linear": loglinear(ts, split)}
         metrics = {name: summary(p, measured) for name, p in preds.items()}
         bar = BARS.get(split.name, {})
@@ -115,8 +116,7 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
         for t, target in enumerate(TARGETS[1:], start=1):
             have = ~np.isnan(ts.targets[split.test, t])
             if have.any():
-                p = predict_targets(fitted, ts, split.test)[have, t]
-                results["splits"][split.name][target] = summary(p, ts.targets[split.test, t][have])
+                results["splits"][split.name][target] = summary(pmgns[have, t], ts.targets[split.test, t][have])
         print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)}" for n, m in metrics.items()), file=sys.stderr)
     lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/latency_{s}.png)" for s in results["splits"]), ""]
     lines += ["## The paper's comparison: graph convolutions against an MLP on static features only", "",

@@ -46,11 +46,10 @@ class Fitted:
     config: TrainConfig
 
     def normalize_static(self, static: np.ndarray) -> torch.Tensor:
-        z = np.clip((static - self.static_mean) / self.static_std, -FEATURE_CLIP, FEATURE_CLIP)
-        return torch.tensor(z, dtype=torch.float32)
+        return standardize(torch.as_tensor(static, dtype=torch.float32), self.static_mean, self.static_std)
 
     def normalize_nodes(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.node_mean) / self.node_std).clamp(-FEATURE_CLIP, FEATURE_CLIP)
+        return standardize(x, self.node_mean, self.node_std)
 
 
 #: A feature (almost) constant in training, such as the count of an operator no training model has,
@@ -58,6 +57,13 @@ class Fitted:
 MIN_FEATURE_STD = 1e-2
 #: Standardised features are clipped to this many standard deviations.
 FEATURE_CLIP = 8.0
+
+
+def standardize(values: torch.Tensor, mean, std) -> torch.Tensor:
+    """Training and prediction scale features the same way: z-scores clipped to +-FEATURE_CLIP."""
+    mean = torch.as_tensor(mean, dtype=torch.float32)
+    std = torch.as_tensor(std, dtype=torch.float32)
+    return ((values - mean) / std).clamp(-FEATURE_CLIP, FEATURE_CLIP)
 
 
 def _floor_std(std: np.ndarray) -> np.ndarray:
