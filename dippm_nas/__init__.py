@@ -13,7 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from dippm_nas._llvm import keep_llvm_apart
+
 __version__ = "0.1.0"
+
+keep_llvm_apart()
 
 _EXPORTS = {
     "CostModel": "dippm_nas.cost", "Estimate": "dippm_nas.cost", "Prediction": "dippm_nas.cost",

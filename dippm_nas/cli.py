@@ -20,12 +20,16 @@ _EPILOG = """\
 MODEL is a timm model name (resnet50), a path to an .onnx file, 'package.module:factory' (a
 callable returning a torch.nn.Module), or 'hf:<model_type>' (a Hugging Face transformers
 architecture from its default config, e.g. hf:bert, hf:gpt2; needs the [transformers] extra).
+It may also be a Keras .keras/.h5 file, a TensorFlow SavedModel directory or a .tflite file (the
+[tensorflow] extra; shapes channels last, e.g. --input-shape 224,224,3), or a Paddle inference
+model: its .json/.pdmodel program beside its .pdiparams, or their directory (the [paddle] extra).
 No weights are downloaded and nothing runs on a GPU.
 
 examples:
   dippm-nas predict resnet50 --batch 8
   dippm-nas predict vit_base_patch16_224 --device h100-sxm --precision fp16 --json
   dippm-nas predict hf:bert --input input_ids=128:int64 --batch 4
+  dippm-nas predict mobilenet_v2.tflite --batch 4
   dippm-nas mig convnext_tiny --batch 32 --device a100-80gb
   dippm-nas devices
 """
@@ -35,7 +39,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
     from dippm_nas.hardware.registry import PRECISIONS
 
-    parser.add_argument("model", help="timm name, .onnx path, 'module:factory' or 'hf:<type>'")
+    parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
+                                      "'module:factory' or 'hf:<type>'")
     parser.add_argument("--input-shape", metavar="SHAPE",
                         help="one float input's shape without the batch, e.g. 3,224,224 (default: the model's own)")
     parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", default=[],

@@ -31,6 +31,10 @@ class InputSpecError(DippmError):
     pass
 
 
+class MissingExtraError(DippmError, ImportError):
+    """A model needs a framework that is an optional extra of dippm-nas."""
+
+
 class ExportError(DippmError):
     """The model could not be traced with the given inputs (wrong shape, unsupported control flow)."""
 

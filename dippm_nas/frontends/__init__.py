@@ -11,9 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import importlib
+from types import ModuleType
+
 import tvm
 
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, MissingExtraError
 from dippm_nas.inputs import InputLike, InputSpec, check_batch, normalize_inputs
 
 
@@ -40,6 +43,17 @@ def register_frontend(name: str, matches: Matcher, load: Loader) -> None:
     _FRONTENDS.append((name, matches, load))
 
 
+def import_extra(module: str, extra: str, what: str) -> ModuleType:
+    """Import a framework that only an optional extra installs, or say which ``pip install`` brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{what} need the {module} package, which is not installed ({exc}); install the extra: "
+            f"pip install 'dippm-nas[{extra}]'"
+        ) from exc
+
+
 def frontend_names() -> list[str]:
     return [name for name, _, _ in _FRONTENDS]
 
@@ -48,8 +62,10 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
     """Import ``model`` at ``batch`` into Relax.
 
     ``model`` is a ``torch.nn.Module``, a timm model name, a path to an ``.onnx`` file,
-    ``"package.module:factory"`` (a callable returning an ``nn.Module``) or ``"hf:<model_type>"``
-    (a Hugging Face ``transformers`` architecture built from its default config, no weights).
+    ``"package.module:factory"`` (a callable returning an ``nn.Module``), ``"hf:<model_type>"``
+    (a Hugging Face ``transformers`` architecture built from its default config, no weights), a
+    Keras model or file, a SavedModel directory, a ``.tflite`` file, a ``paddle.nn.Layer`` or a
+    Paddle inference model.
     ``inputs`` is None for the model's default input (an image, or 128 token ids).
     """
     check_batch(batch)
@@ -59,9 +75,11 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
             return load(model, spec, batch)
     raise DippmError(
         f"cannot tell what kind of model {model!r} is; give a torch.nn.Module, a timm model name, a "
-        "path to an .onnx file, 'package.module:factory' or 'hf:<model_type>'."
+        "path to an .onnx, .keras, .h5 or .tflite file, a TensorFlow SavedModel directory, a Paddle "
+        "inference model (.json/.pdmodel beside .pdiparams), a keras.Model or paddle.nn.Layer, "
+        "'package.module:factory' or 'hf:<model_type>'."
     )
 
 
 # Registration order is matching order: the catch-all timm name comes last.
-from dippm_nas.frontends import _module, _onnx, _transformers, _callable, _timm  # noqa: E402,F401
+from dippm_nas.frontends import _module, _onnx, _tensorflow, _paddle, _transformers, _callable, _timm  # noqa: E402,F401

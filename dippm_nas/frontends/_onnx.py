@@ -10,9 +10,15 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import onnx
+import tvm
 from google.protobuf.message import DecodeError
-from tvm.relax.frontend.onnx import from_onnx
+from tvm import relax
+from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_convert_map
+
+from dippm_nas.frontends._canonical import canonicalize
+from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
 
 from dippm_nas.errors import ExportError, ModelLoadError
 from dippm_nas.frontends import LoadedModel, register_frontend
@@ -23,6 +29,90 @@ _ONNX_DTYPES = {
     onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT64: "int64",
     onnx.TensorProto.INT32: "int32", onnx.TensorProto.BOOL: "bool",
 }
+_FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+
+
+def _erfc(bb: relax.BlockBuilder, inputs: list[relax.Expr], attrs: dict) -> relax.Expr:
+    x = inputs[0]
+    return relax.op.subtract(relax.const(1.0, x.ty.dtype), relax.op.erf(x))
+
+
+#: ONNX operators TVM's frontend lacks but that are plain compositions of ones it has.
+#: tf2onnx writes Keras' exact GELU with Erfc.
+EXTRA_CONVERTERS = {"Erfc": _erfc}
+_DIRECTLY_HANDLED = {"If", "Constant"}
+
+
+class _TolerantImporter(ONNXGraphImporter):
+    """TVM's ONNX importer, except that an operator it does not know becomes a generic node.
+
+    A generic node is an opaque call named ``dippm.generic.onnx.<Op>`` whose output types come from
+    ONNX shape inference, so the rest of the graph keeps its shapes; the model loses that one
+    operator's cost model, not its prediction.
+    """
+
+    def __init__(self, output_types: dict[str, list[relax.TensorType]], **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.output_types = output_types
+        self.unknown: set[str] = set()
+
+    def _check_for_unsupported_ops(self, graph: onnx.GraphProto) -> None:
+        known = set(_get_convert_map()) | set(EXTRA_CONVERTERS) | _DIRECTLY_HANDLED
+        self.unknown = {node.op_type for node in graph.node if node.op_type not in known}
+
+    def _convert_operator(self, op_name: str, inputs: list, attrs: dict, opset: int) -> relax.Expr:
+        if op_name in EXTRA_CONVERTERS:
+            return self.bb.normalize(EXTRA_CONVERTERS[op_name](self.bb, inputs, attrs))
+        if op_name not in self.unknown:
+            return super()._convert_operator(op_name, inputs, attrs, opset)
+        args = [x for x in inputs if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)]
+        types = self.output_types.get(attrs["tvm_custom"]["name"]) or [args[0].ty]
+        out_ty = types[0] if len(types) == 1 else relax.TupleType(types)
+        return self.bb.normalize(relax.call_dps_packed(GENERIC_OP_PREFIX + "onnx." + op_name, relax.Tuple(args), out_ty))
+
+
+def _named_with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    """A copy whose nodes all have unique names and whose inputs have the shapes we import at."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for i, node in enumerate(model.graph.node):
+        node.name = f"{node.name or node.op_type}__{i}"
+    for value in model.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[value.name]:
+                dims.add().dim_value = d
+    return model
+
+
+def _inferred_output_types(model: onnx.ModelProto) -> dict[str, list[relax.TensorType]]:
+    """Each node's output types by node name, where ONNX shape inference knows them all."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help for generic nodes only
+        return {}
+    known = {v.name: v.type.tensor_type for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    types: dict[str, list[relax.TensorType]] = {}
+    for node in inferred.graph.node:
+        found = [known.get(out) for out in node.output]
+        if all(t is not None and t.shape.dim and all(d.HasField("dim_value") for d in t.shape.dim) for t in found):
+            types[node.name] = [relax.TensorType([d.dim_value for d in t.shape.dim],
+                                                 _ONNX_DTYPES.get(t.elem_type, "float32")) for t in found]
+    return types
+
+
+def onnx_to_relax(model: onnx.ModelProto, shapes: dict[str, list[int]],
+                  dtypes: dict[str, str]) -> tuple[tvm.IRModule, tuple[str, ...]]:
+    """TVM's ``from_onnx`` with generic nodes for unknown operators; returns notes on what was kept opaque."""
+    model = _named_with_fixed_inputs(model, shapes)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    importer = _TolerantImporter(_inferred_output_types(model), shape_dict=shapes, dtype_dict=dtypes,
+                                 keep_params_in_input=True)
+    mod = importer.from_onnx(model.graph, opset)
+    mod["main"] = canonicalize(mod["main"])
+    notes = tuple(f"operator {op} is unknown to TVM's ONNX frontend; it is kept as a generic node (shape "
+                  "known, cost not modelled)" for op in sorted(importer.unknown))
+    return mod, notes
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -59,23 +149,61 @@ def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
-def load_onnx(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
-    model = read_onnx(path)
-    spec = inputs or _declared_inputs(model, str(path))
+def _is_weight(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_type in _FLOAT_TYPES and int(np.prod(tensor.dims, dtype=np.int64)) > 1
+
+
+def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Float tensors of more than one element are weights (initializers); anything else is a constant.
+
+    Exporters differ: paddle2onnx writes weights as ``Constant`` nodes, tf2onnx writes epsilons and
+    shape vectors as initializers. Only initializers become Relax parameters, so without this a
+    Paddle weight would count as computed data and a Keras epsilon as a parameter the rewrites
+    cannot read.
+    """
+    constants = [n for n in model.graph.node if n.op_type == "Constant" and len(n.attribute) == 1
+                 and n.attribute[0].name == "value" and _is_weight(n.attribute[0].t)]
+    scalars = [t for t in model.graph.initializer if not _is_weight(t)]
+    if not constants and not scalars:
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for node in [n for n in model.graph.node if n.output[0] in {c.output[0] for c in constants}]:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(node.attribute[0].t)
+        tensor.name = node.output[0]
+        model.graph.initializer.append(tensor)
+        model.graph.node.remove(node)
+    for tensor in [t for t in model.graph.initializer if t.name in {s.name for s in scalars}]:
+        model.graph.node.insert(0, onnx.helper.make_node("Constant", [], [tensor.name], value=tensor))
+        model.graph.initializer.remove(tensor)
+    for value in [v for v in model.graph.input if v.name in {s.name for s in scalars}]:
+        model.graph.input.remove(value)
+    return model
+
+
+def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpec | None, batch: int,
+                family: str = "", notes: tuple[str, ...] = ()) -> LoadedModel:
+    """An ONNX model in memory into Relax: the one path that TensorFlow, TFLite and Paddle models share."""
+    model = _weights_and_constants(model)
+    spec = inputs or _declared_inputs(model, name)
     names = [i.name for i in _graph_inputs(model)]
     if len(spec) != len(names):
-        raise ModelLoadError(f"{path} has {len(names)} inputs ({', '.join(names)}) but {len(spec)} were given.")
-    shapes = {name: list(s.with_batch(batch)) for name, s in zip(names, spec)}
-    dtypes = {name: s.dtype for name, s in zip(names, spec)}
+        raise ModelLoadError(f"{name} has {len(names)} inputs ({', '.join(names)}) but {len(spec)} were given.")
+    shapes = {n: list(s.with_batch(batch)) for n, s in zip(names, spec)}
+    dtypes = {n: s.dtype for n, s in zip(names, spec)}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=True)
+            mod, generic = onnx_to_relax(model, shapes, dtypes)
     except Exception as exc:
-        raise ExportError(f"TVM could not import {path} with inputs {shapes}: "
+        raise ExportError(f"TVM could not import {name} with inputs {shapes}: "
                           f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
-    name = Path(path).stem
-    return LoadedModel(mod, name, "onnx", tuple(TensorSpec(s.shape, s.dtype, n) for n, s in zip(names, spec)), batch, name)
+    return LoadedModel(mod, name, source, tuple(TensorSpec(s.shape, s.dtype, n) for n, s in zip(names, spec)),
+                       batch, family or name, notes + tuple(f"{name}: {note}" for note in generic))
+
+
+def load_onnx(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    return import_onnx(read_onnx(path), Path(path).stem, "onnx", inputs, batch)
 
 
 def _is_onnx(model: object) -> bool:

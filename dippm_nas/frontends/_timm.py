@@ -43,7 +43,8 @@ def default_input(model: torch.nn.Module) -> TensorSpec:
 def load_timm(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
     if not timm.is_model(name):
         raise UnknownModelError(
-            f"{name!r} is not a timm model, an .onnx file, 'module:factory' or 'hf:<type>'."
+            f"{name!r} is not a timm model, a model file or directory that exists, 'module:factory' or "
+            "'hf:<type>' (`dippm-nas predict --help` lists every kind)."
             + suggest(name, timm.list_models(), n=5)
         )
     model = build_timm(name)

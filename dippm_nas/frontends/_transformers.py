@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from dippm_nas.errors import ModelLoadError, suggest
-from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._module import load_module
 from dippm_nas.inputs import InputSpec, TensorSpec
 
@@ -46,10 +46,8 @@ def build_from_config(config: object) -> torch.nn.Module:
 
 
 def config_for(model_type: str, **overrides: object) -> object:
-    try:
-        from transformers import CONFIG_MAPPING, AutoConfig
-    except ImportError as exc:
-        raise ModelLoadError("Hugging Face models need the extra: pip install 'dippm-nas[transformers]'") from exc
+    transformers = import_extra("transformers", "transformers", "Hugging Face models")
+    CONFIG_MAPPING, AutoConfig = transformers.CONFIG_MAPPING, transformers.AutoConfig
     if model_type not in CONFIG_MAPPING:
         raise ModelLoadError(f"unknown transformers model type {model_type!r}." + suggest(model_type, list(CONFIG_MAPPING.keys())))
     return AutoConfig.for_model(model_type, **overrides)

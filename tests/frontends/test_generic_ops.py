@@ -28,3 +28,25 @@ def test_unknown_operator_is_a_generic_node():
     assert any("lgamma" in w for w in g.warnings)
     p = predict(model, (8,), batch=4)
     assert p.latency_ms > 0 and any("lgamma" in note for note in p.notes)
+
+
+def test_onnx_operator_unknown_to_tvm_becomes_a_generic_node(tmp_path):
+    """TVM's ONNX frontend has no Celu: it stays in the graph as a generic node, shape from ONNX inference."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Celu", ["c"], ["a"]),
+         helper.make_node("Relu", ["a"], ["y"])],
+        "celu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [weight])
+    path = tmp_path / "celu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    g = build_graph(str(path), batch=2)
+    assert [n.kind for n in g.nodes] == ["conv2d", "other", "relu"]
+    assert g.nodes[1].outputs[0].shape == (2, 4, 8, 8) and g.nodes[2].outputs[0].shape == (2, 4, 8, 8)
+    assert any("Celu" in w and "generic node" in w for w in g.warnings)
+    assert predict(str(path), batch=2).latency_ms > 0
