@@ -94,6 +94,8 @@ def _layer_norm() -> tuple[DFPattern, Rewriter]:
     """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis, in the plain and in TF's spelling.
 
     TF's ``batch_normalization`` spells it x * g + (beta - mean * g) with g = gamma / sqrt(var + eps).
+    A gamma of ones or a beta of zeros (a fresh Keras layer) has been folded away by the exporter:
+    those variants match too, and the layer norm gets them back as constants.
     """
     x, eps, gamma, beta = wildcard(), is_const(), wildcard(), wildcard()
     mean = is_op("relax.mean")(x)
@@ -103,22 +105,25 @@ def _layer_norm() -> tuple[DFPattern, Rewriter]:
     std = is_op("relax.sqrt")(var_eps)
     inv_std = is_op("relax.divide")(is_const(), std) | is_op("relax.rsqrt")(var_eps)
     normalized = is_op("relax.divide")(centred, std) | _mul(centred, inv_std)
-    plain = _add(_mul(normalized, gamma), beta)
-    g = _mul(inv_std, gamma)
-    tf_shift = _add(_mul(is_op("relax.negative")(mean), g), beta) | is_op("relax.subtract")(beta, _mul(mean, g))
+    scaled = _mul(normalized, gamma) | normalized
+    plain = _add(scaled, beta) | _mul(normalized, gamma)
+    g = _mul(inv_std, gamma) | inv_std
+    shift = _mul(is_op("relax.negative")(mean), g)
+    tf_shift = _add(shift, beta) | is_op("relax.subtract")(beta, _mul(mean, g)) | shift
     pattern = plain | _add(_mul(x, g), tf_shift)
 
     def rewrite(expr: relax.Expr, m: dict[DFPattern, relax.Expr]) -> relax.Expr:
         shape = _shape(m[x])
         means = [v for v in m.values() if isinstance(v, relax.Call) and v.op.name == "relax.mean"]
-        if shape is None or any(not _over_last_axis(v, len(shape)) for v in means):
-            return expr
-        width = shape[-1]
-        params = [_as_vector(m[gamma], width), _as_vector(m[beta], width)]
         epsilon = _scalar(m[eps])
-        if None in params or epsilon is None:
+        if shape is None or epsilon is None or any(not _over_last_axis(v, len(shape)) for v in means):
             return expr
-        return relax.op.nn.layer_norm(m[x], params[0], params[1], axes=[-1], epsilon=epsilon)
+        width, dtype = shape[-1], m[x].ty.dtype
+        scale = _as_vector(m[gamma], width) if gamma in m else relax.const(np.ones(width, dtype))
+        offset = _as_vector(m[beta], width) if beta in m else relax.const(np.zeros(width, dtype))
+        if scale is None or offset is None:
+            return expr
+        return relax.op.nn.layer_norm(m[x], scale, offset, axes=[-1], epsilon=epsilon)
 
     return pattern, rewrite
 

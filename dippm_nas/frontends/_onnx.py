@@ -44,7 +44,7 @@ _DIRECTLY_HANDLED = {"If", "Constant"}
 
 
 class _TolerantImporter(ONNXGraphImporter):
-    """TVM's ONNX importer, except that an operator it does not know becomes a generic node.
+    """TVM's ONNX importer, except that an operator it does not know, or fails to convert, becomes a generic node.
 
     A generic node is an opaque call named ``dippm.generic.onnx.<Op>`` whose output types come from
     ONNX shape inference, so the rest of the graph keeps its shapes; the model loses that one
@@ -55,6 +55,7 @@ class _TolerantImporter(ONNXGraphImporter):
         super().__init__(**kwargs)
         self.output_types = output_types
         self.unknown: set[str] = set()
+        self.fallbacks: list[str] = []
 
     def _check_for_unsupported_ops(self, graph: onnx.GraphProto) -> None:
         known = set(_get_convert_map()) | set(EXTRA_CONVERTERS) | _DIRECTLY_HANDLED
@@ -64,7 +65,10 @@ class _TolerantImporter(ONNXGraphImporter):
         if op_name in EXTRA_CONVERTERS:
             return self.bb.normalize(EXTRA_CONVERTERS[op_name](self.bb, inputs, attrs))
         if op_name not in self.unknown:
-            return super()._convert_operator(op_name, inputs, attrs, opset)
+            try:
+                return super()._convert_operator(op_name, inputs, attrs, opset)
+            except Exception as exc:  # TVM raises type, value and assertion errors alike
+                self.fallbacks.append(f"{op_name} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
         args = [x for x in inputs if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)]
         types = self.output_types.get(attrs["tvm_custom"]["name"]) or [args[0].ty]
         out_ty = types[0] if len(types) == 1 else relax.TupleType(types)
@@ -82,6 +86,25 @@ def _named_with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]
             del dims[:]
             for d in shapes[value.name]:
                 dims.add().dim_value = d
+    return model
+
+
+def _folded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape arithmetic folded to constants, now that the input shapes are fixed.
+
+    tf2onnx writes the target shape of many reshapes as Shape -> Gather -> Concat on the input;
+    TVM's importer wants a constant there.
+    """
+    import onnxscript.optimizer
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # constant folding only: optimize() would also drop an Add of zeros, i.e. a zero bias
+            onnxscript.optimizer.fold_constants(model, onnx_shape_inference=True)
+            onnxscript.optimizer.remove_unused_nodes(model)
+    except Exception:  # folding is an improvement, never a requirement
+        pass
     return model
 
 
@@ -104,7 +127,7 @@ def _inferred_output_types(model: onnx.ModelProto) -> dict[str, list[relax.Tenso
 def onnx_to_relax(model: onnx.ModelProto, shapes: dict[str, list[int]],
                   dtypes: dict[str, str]) -> tuple[tvm.IRModule, tuple[str, ...]]:
     """TVM's ``from_onnx`` with generic nodes for unknown operators; returns notes on what was kept opaque."""
-    model = _named_with_fixed_inputs(model, shapes)
+    model = _weights_and_constants(_folded(_named_with_fixed_inputs(model, shapes)))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     importer = _TolerantImporter(_inferred_output_types(model), shape_dict=shapes, dtype_dict=dtypes,
                                  keep_params_in_input=True)
@@ -112,6 +135,8 @@ def onnx_to_relax(model: onnx.ModelProto, shapes: dict[str, list[int]],
     mod["main"] = canonicalize(mod["main"])
     notes = tuple(f"operator {op} is unknown to TVM's ONNX frontend; it is kept as a generic node (shape "
                   "known, cost not modelled)" for op in sorted(importer.unknown))
+    notes += tuple(f"TVM failed to convert {failure}; that node is kept as a generic node"
+                   for failure in sorted(set(importer.fallbacks)))
     return mod, notes
 
 
@@ -184,7 +209,6 @@ def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpec | None, batch: int,
                 family: str = "", notes: tuple[str, ...] = ()) -> LoadedModel:
     """An ONNX model in memory into Relax: the one path that TensorFlow, TFLite and Paddle models share."""
-    model = _weights_and_constants(model)
     spec = inputs or _declared_inputs(model, name)
     names = [i.name for i in _graph_inputs(model)]
     if len(spec) != len(names):
