@@ -1,7 +1,9 @@
-"""An ``.onnx`` file, through TVM Relax's ONNX frontend.
+"""An ``.onnx`` file, through TVM Relax's ONNX frontend; also the path TensorFlow and Paddle models take.
 
 The weights in the file are read (they are in it already), then kept as Relax function inputs, so
-the graph sees parameters as attributes exactly as for a PyTorch model.
+the graph sees parameters as attributes exactly as for a PyTorch model. Before TVM sees the model,
+its inputs get the shapes of the prediction and its shape arithmetic is folded; after, the Relax
+function is made canonical (:mod:`dippm_nas.frontends._canonical`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_convert_map
 
-from dippm_nas.frontends._canonical import canonicalize
-from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
-
 from dippm_nas.errors import ExportError, ModelLoadError
 from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._canonical import canonicalize
+from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 _ONNX_DTYPES = {
@@ -133,8 +134,8 @@ def onnx_to_relax(model: onnx.ModelProto, shapes: dict[str, list[int]],
                                  keep_params_in_input=True)
     mod = importer.from_onnx(model.graph, opset)
     mod["main"] = canonicalize(mod["main"])
-    notes = tuple(f"operator {op} is unknown to TVM's ONNX frontend; it is kept as a generic node (shape "
-                  "known, cost not modelled)" for op in sorted(importer.unknown))
+    notes = tuple(f"operator {op} is unknown to TVM's ONNX frontend; it is kept as a generic node (its "
+                  "shape is right, its cost is estimated as elementwise work)" for op in sorted(importer.unknown))
     notes += tuple(f"TVM failed to convert {failure}; that node is kept as a generic node"
                    for failure in sorted(set(importer.fallbacks)))
     return mod, notes
@@ -181,6 +182,8 @@ def _is_weight(tensor: onnx.TensorProto) -> bool:
 def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Float tensors of more than one element are weights (initializers); anything else is a constant.
 
+    Changes ``model`` in place (:func:`onnx_to_relax` works on its own copy).
+
     Exporters differ: paddle2onnx writes weights as ``Constant`` nodes, tf2onnx writes epsilons and
     shape vectors as initializers. Only initializers become Relax parameters, so without this a
     Paddle weight would count as computed data and a Keras epsilon as a parameter the rewrites
@@ -189,9 +192,6 @@ def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     constants = [n for n in model.graph.node if n.op_type == "Constant" and len(n.attribute) == 1
                  and n.attribute[0].name == "value" and _is_weight(n.attribute[0].t)]
     scalars = [t for t in model.graph.initializer if not _is_weight(t)]
-    if not constants and not scalars:
-        return model
-    model = onnx.ModelProto.FromString(model.SerializeToString())
     for node in [n for n in model.graph.node if n.output[0] in {c.output[0] for c in constants}]:
         tensor = onnx.TensorProto()
         tensor.CopyFrom(node.attribute[0].t)
@@ -207,7 +207,7 @@ def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpec | None, batch: int,
-                family: str = "", notes: tuple[str, ...] = ()) -> LoadedModel:
+                family: str = "") -> LoadedModel:
     """An ONNX model in memory into Relax: the one path that TensorFlow, TFLite and Paddle models share."""
     spec = inputs or _declared_inputs(model, name)
     names = [i.name for i in _graph_inputs(model)]
@@ -223,7 +223,7 @@ def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpe
         raise ExportError(f"TVM could not import {name} with inputs {shapes}: "
                           f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
     return LoadedModel(mod, name, source, tuple(TensorSpec(s.shape, s.dtype, n) for n, s in zip(names, spec)),
-                       batch, family or name, notes + tuple(f"{name}: {note}" for note in generic))
+                       batch, family or name, tuple(f"{name}: {note}" for note in generic))
 
 
 def load_onnx(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:

@@ -70,14 +70,18 @@ def _resolve_inputs(declared: Declared, given: InputSpec | None, what: str) -> I
     return tuple(specs)
 
 
+def _is_image(s: TensorSpec) -> bool:
+    return len(s.shape) == 3 and s.dtype.startswith(("float", "bfloat"))
+
+
 def _nchw_names(spec: InputSpec, onnx_names: Sequence[str]) -> list[str]:
-    return [name for name, s in zip(onnx_names, spec) if len(s.shape) == 3 and s.dtype.startswith(("float", "bfloat"))]
+    return [name for name, s in zip(onnx_names, spec) if _is_image(s)]
 
 
 def _channels_first(spec: InputSpec) -> InputSpec:
     """The shapes the ONNX graph has after ``inputs_as_nchw``."""
-    return tuple(TensorSpec((s.shape[2], s.shape[0], s.shape[1]), s.dtype, s.name)
-                 if len(s.shape) == 3 and s.dtype.startswith(("float", "bfloat")) else s for s in spec)
+    return tuple(TensorSpec((s.shape[2], s.shape[0], s.shape[1]), s.dtype, s.name) if _is_image(s) else s
+                 for s in spec)
 
 
 def _converted(convert: Callable[[], Any], what: str) -> onnx.ModelProto:

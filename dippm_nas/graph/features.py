@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.model_graph import DTYPE_BYTES, ModelGraph, Node, Tensor
 
 MAX_RANK = 5
 _SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
@@ -33,18 +34,30 @@ def node_feature_names() -> list[str]:
     return kinds + cats + numeric + attrs + shape
 
 
-def _dense_features(node: Node) -> list[float]:
-    """Everything but the two one-hot blocks: numbers, spatial attributes, output shape."""
+#: Columns of the dense block that are counts of FLOPs, bytes or groups, fed as log(1 + x).
+_LOG_COLUMNS = (0, 1, 2, 3, 6)
+
+
+def _nbytes(t: Tensor) -> int:
+    return math.prod(t.shape) * DTYPE_BYTES.get(t.dtype, 4)
+
+
+def _raw_dense(node: Node) -> list[float]:
+    """The dense features before their logs: one pass over the node, no derived properties.
+
+    Prediction featurizes every graph it is given, so this loop is on PMGNS's critical path.
+    """
     kernel = node.weights[0].shape[2:4] if node.category == "conv" and node.weights else ()
     out = node.outputs[0].shape if node.outputs else ()
-    numeric = [
-        _log(node.flops), _log(node.bytes_read), _log(node.bytes_written), _log(node.weight_bytes),
-        *_pair(tuple(kernel)), _log(float(node.attrs.get("groups", 1) or 1)),  # type: ignore[arg-type]
-        float(len(node.inputs)), float(len(out)),
-    ]
-    attrs = [v for a in _SPATIAL_ATTRS for v in _pair(node.attrs.get(a))]
-    shape = [_log(d) for d in out[-MAX_RANK:]] + [0.0] * (MAX_RANK - min(len(out), MAX_RANK))
-    return numeric + attrs + shape
+    weight = sum(map(_nbytes, node.weights))
+    attrs = node.attrs
+    row = [float(node.flops), float(sum(map(_nbytes, node.inputs)) + weight), float(sum(map(_nbytes, node.outputs))),
+           float(weight), *_pair(tuple(kernel)), float(attrs.get("groups", 1) or 1), float(len(node.inputs)),
+           float(len(out))]
+    for name in _SPATIAL_ATTRS:
+        row += _pair(attrs.get(name))
+    tail = out[-MAX_RANK:]
+    return row + [float(d) for d in tail] + [0.0] * (MAX_RANK - len(tail))
 
 
 _CATEGORY_INDEX = {c: i for i, c in enumerate(ops.CATEGORIES)}
@@ -52,18 +65,21 @@ _CATEGORY_INDEX = {c: i for i, c in enumerate(ops.CATEGORIES)}
 
 def node_feature_matrix(graph: ModelGraph) -> torch.Tensor:
     """``[nodes, features]`` in the order of :func:`node_feature_names`: kind one-hot, category
-    one-hot, then the dense features."""
+    one-hot, then the dense features. Built in numpy: tiny torch ops cost more than they compute."""
     vocab = ops.vocabulary()
     kinds = {k: i for i, k in enumerate(vocab)}
     n_kinds, n_cats = len(vocab), len(ops.CATEGORIES)
-    dense = torch.tensor([_dense_features(n) for n in graph.nodes], dtype=torch.float32)
-    x = torch.zeros((len(graph.nodes), n_kinds + n_cats + (dense.shape[1] if len(graph.nodes) else 0)))
-    rows = torch.arange(len(graph.nodes))
-    x[rows, torch.tensor([kinds.get(n.kind, kinds["other"]) for n in graph.nodes], dtype=torch.long)] = 1.0
-    x[rows, n_kinds + torch.tensor([_CATEGORY_INDEX[n.category] for n in graph.nodes], dtype=torch.long)] = 1.0
-    if len(graph.nodes):
+    n_dense = len(node_feature_names()) - n_kinds - n_cats
+    x = np.zeros((len(graph.nodes), n_kinds + n_cats + n_dense), dtype=np.float32)
+    if graph.nodes:
+        dense = np.array([_raw_dense(n) for n in graph.nodes], dtype=np.float64)
+        logs = [*_LOG_COLUMNS, *range(n_dense - MAX_RANK, n_dense)]
+        dense[:, logs] = np.log1p(np.maximum(dense[:, logs], 0.0))
+        rows = np.arange(len(graph.nodes))
+        x[rows, [kinds.get(n.kind, kinds["other"]) for n in graph.nodes]] = 1.0
+        x[rows, [n_kinds + _CATEGORY_INDEX[n.category] for n in graph.nodes]] = 1.0
         x[:, n_kinds + n_cats:] = dense
-    return x
+    return torch.from_numpy(x)
 
 
 def edge_index(graph: ModelGraph) -> torch.Tensor:

@@ -70,6 +70,36 @@ def _plot(measured: np.ndarray, predictions: dict[str, np.ndarray], title: str, 
     plt.close(fig)
 
 
+def _plot_name(split: str) -> str:
+    return f"latency_{split.replace('->', '_to_')}.png"
+
+
+#: Families listed per split in the error breakdown: those that add the most to the test MAPE.
+WORST_FAMILIES = 6
+
+
+def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: np.ndarray) -> list[str]:
+    """Where a split's PMGNS error comes from: by memory layout, by PyTorch version, by family.
+
+    A family's share is its part of the split's total absolute percentage error, so a small family
+    predicted very badly shows up next to a large one predicted a little badly.
+    """
+    errors = np.abs(predicted / measured - 1)
+    records = [ts.records[i] for i in split.test]
+    groups = {"layout": [r.layout for r in records], "PyTorch": [r.torch for r in records],
+              "family": [r.family for r in records]}
+    parts = []
+    for label, values in groups.items():
+        values = np.array(values)
+        rows = [(v, int((values == v).sum()), float(errors[values == v].mean()), float(errors[values == v].sum() / errors.sum()))
+                for v in np.unique(values)]
+        rows.sort(key=lambda r: -r[3])
+        if label == "family":
+            rows = rows[:WORST_FAMILIES]
+        parts.append(f"{label}: " + ", ".join(f"{v} {n} rec. {e:.1%} MAPE ({share:.0%} of the error)" for v, n, e, share in rows))
+    return parts
+
+
 def _fmt(m: dict[str, float]) -> str:
     return f"{m['mape']:.1%} | {m['tau']:.3f} | {m['within10']:.1%}"
 
@@ -79,6 +109,7 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     """``ship(fitted, split, test_metrics)`` receives the random split's GraphSAGE model: the very model
     ``dippm-nas train`` fits with the same seed and configuration, so one run can also ship it."""
     results: dict[str, object] = {"config": asdict(config), "splits": {}, "comparison": {}}
+    breakdowns: dict[str, list[str]] = {}
     lines = ["# Accuracy", "",
              "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
              "RTX 3090 / RTX 4090 benchmarks, imported as they are, plus any GPU rows measured by the harness). "
@@ -112,13 +143,20 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
                                          "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
                                          "val_mape": fitted.best_val_mape, "n_train": len(split.train),
                                          "n_val": len(split.val), "n_test": len(split.test)}
-        _plot(measured, preds, f"latency (ms), {split.name} split, test", docs / "accuracy" / f"latency_{split.name}.png")
+        breakdowns[split.name] = _breakdown(ts, split, pmgns[:, 0], measured)
+        _plot(measured, preds, f"latency (ms), {split.name} split, test", docs / "accuracy" / _plot_name(split.name))
         for t, target in enumerate(TARGETS[1:], start=1):
             have = ~np.isnan(ts.targets[split.test, t])
             if have.any():
                 results["splits"][split.name][target] = summary(pmgns[have, t], ts.targets[split.test, t][have])
         print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)}" for n, m in metrics.items()), file=sys.stderr)
-    lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/latency_{s}.png)" for s in results["splits"]), ""]
+    lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/{_plot_name(s)})" for s in results["splits"]), ""]
+    lines += ["## Where the PMGNS error is", "",
+              "Test MAPE of PMGNS per memory layout, PyTorch version and (the worst) families, and each group's "
+              "share of the split's total error. Read only after the model was fixed: nothing here chose anything.", ""]
+    for name, parts in breakdowns.items():
+        lines += [f"- **{name}**"] + [f"  - {part}" for part in parts]
+    lines.append("")
     lines += ["## The paper's comparison: graph convolutions against an MLP on static features only", "",
               f"Same splits, same features, same schedule: at most {comparison_epochs} epochs each, early stopping on "
               "validation.", "", "| split | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|"]

@@ -114,3 +114,17 @@ def test_shipped_weights_used_where_trained_and_not_elsewhere():
     assert any("not a100-40gb" in n and "analytical" in n for n in elsewhere.notes)
     raw = (Path(__file__).resolve().parents[2] / "dippm_nas" / "cost" / "weights" / "pmgns.safetensors").read_bytes()
     assert not raw.startswith(b"\x80")  # safetensors, never a pickle
+
+
+def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training_set, tmp_path):
+    from dippm_nas.training.evaluate import evaluate
+    from dippm_nas.training.train import TrainConfig
+
+    results = evaluate(small_training_set, TrainConfig(epochs=1, batch_size=16), comparison_epochs=1, docs=tmp_path)
+    report = (tmp_path / "accuracy.md").read_text()
+    for split in ("random", "family", "rtx3090->rtx4090", "rtx4090->rtx3090"):
+        assert f"| {split} |" in report and f"- **{split}**" in report
+        assert (tmp_path / "accuracy" / f"latency_{split.replace('->', '_to_')}.png").stat().st_size > 0
+    assert "PMGNS (GraphSAGE)" in report and "log-linear" in report and "MLP (static features only)" in report
+    assert "layout: nchw" in report and "of the error" in report
+    assert set(results["comparison"]["random"]) == {"sage", "gcn", "gat", "gin", "mlp"}
