@@ -2,9 +2,10 @@
 
 tf2onnx writes a Keras LayerNormalization as a dozen arithmetic nodes, a Dense on a 3-D input as
 reshape-matmul-reshape, and an exact GELU through Erfc; paddle2onnx writes GELU through Erf and adds
-zero after every scale. PyTorch's exporter gives ``layer_norm``, one batched ``matmul`` and ``gelu``.
-The same architecture must give the same graph, so ONNX-born functions are rewritten here with
-TVM's dataflow patterns before the graph is read. Each rule checks its constants, so only the exact
+zero after every scale. PyTorch's exporter gives ``layer_norm``, one batched ``matmul`` and ``gelu``,
+but TVM imports its ``x[i]`` as a costed ``take`` where ONNX has a free slice. The same architecture
+must give the same graph, so every frontend's Relax function is rewritten here with TVM's dataflow
+patterns before the graph is read. Each rule checks its constants and shapes, so only the exact
 formula is replaced.
 """
 

@@ -135,6 +135,17 @@ def test_transformer_block_is_the_same_in_torch_keras_and_paddle():
     _assert_same(graphs, predictions)
 
 
+def test_keras_multi_head_attention_imports_with_its_shape_arithmetic_folded():
+    """tf2onnx computes MultiHeadAttention's reshape targets with Shape/Gather/Concat, and a fresh
+    LayerNormalization (gamma 1, beta 0) loses its affine part: both still give a clean graph."""
+    x = keras.Input((SEQ, DIM))
+    y = layers.MultiHeadAttention(num_heads=HEADS, key_dim=DIM // HEADS)(x, x)
+    graph = build_graph(keras.Model(x, layers.LayerNormalization()(x + y)), batch=2)
+    kinds = [n.kind for n in graph.nodes]
+    assert kinds.count("layer_norm") == 1 and kinds.count("softmax") == 1 and kinds.count("matmul") == 6
+    assert "other" not in kinds and not graph.warnings
+
+
 # ---- real models from the CLI, in every file format ----------------------------------------------
 
 
