@@ -21,7 +21,6 @@ from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from dippm_nas.errors import ExportError
-from dippm_nas.frontends._canonical import canonicalize
 from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
 from dippm_nas.inputs import InputSpec
 
@@ -184,7 +183,6 @@ def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
         raise
     except Exception as exc:
         raise ExportError(f"TVM could not import {name}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
-    mod["main"] = canonicalize(mod["main"])
     notes += tuple(
         f"{name}: TVM failed to convert {failure}; that node is kept as a generic node"
         for failure in sorted(set(importer.fallbacks))

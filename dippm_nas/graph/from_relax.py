@@ -25,6 +25,10 @@ GENERIC_OP_PREFIX = "dippm.generic."
 _EPILOGUE_HOSTS = frozenset({"conv", "matmul"})
 
 
+def _is_scalar_constant(expr: relax.Expr) -> bool:
+    return isinstance(expr, tvm.ir.Constant) and isinstance(expr.ty, relax.TensorType) and expr.ty.ndim == 0
+
+
 @dataclass(frozen=True)
 class _Act:
     """An activation: produced by these nodes (none for a model input)."""
@@ -235,6 +239,11 @@ class _Converter:
             if symbol.startswith(GENERIC_OP_PREFIX):
                 return symbol.removeprefix(GENERIC_OP_PREFIX), args, True
             return symbol, args, True
+        if name == "relax.take" and _is_scalar_constant(call.args[1]):
+            # x[i]: TVM's torch importer and ONNX's Gather spell a select as a take, which copies;
+            # PyTorch eager returns a view, as a slice is. (The vocabulary is fixed by the shipped
+            # weights, so it counts as the slice it is rather than as a new kind.)
+            return "relax.strided_slice", list(call.args), False
         return name, list(call.args), False
 
     def try_epilogue(self, op_name: str, binding: relax.VarBinding, args: list[relax.Expr],
