@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 import tvm
@@ -43,15 +44,25 @@ def register_frontend(name: str, matches: Matcher, load: Loader) -> None:
     _FRONTENDS.append((name, matches, load))
 
 
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Say which ``pip install`` brings ``module`` if it is missing, without importing it."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it fail
+        found = False
+    if not found:
+        raise MissingExtraError(f"{what} need the {module} package, which is not installed; install the extra: "
+                                f"pip install 'dippm-nas[{extra}]'")
+
+
 def import_extra(module: str, extra: str, what: str) -> ModuleType:
     """Import a framework that only an optional extra installs, or say which ``pip install`` brings it."""
+    require_extra(module, extra, what)
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingExtraError(
-            f"{what} need the {module} package, which is not installed ({exc}); install the extra: "
-            f"pip install 'dippm-nas[{extra}]'"
-        ) from exc
+        raise MissingExtraError(f"{what} need the {module} package, which does not import ({exc}); reinstall "
+                                f"the extra: pip install 'dippm-nas[{extra}]'") from exc
 
 
 def frontend_names() -> list[str]:

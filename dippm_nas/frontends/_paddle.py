@@ -20,12 +20,13 @@ from typing import Any
 import onnx
 
 from dippm_nas.errors import ModelLoadError
-from dippm_nas.frontends import LoadedModel, import_extra, register_frontend
+from dippm_nas.frontends import LoadedModel, import_extra, register_frontend, require_extra
 from dippm_nas.frontends._onnx import import_onnx
 from dippm_nas.frontends._quiet import quiet
 from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
 
 OPSET = 17
+EXTRA, WHAT = "paddle", "PaddlePaddle models"
 PROGRAM_SUFFIXES = (".json", ".pdmodel")
 PARAMS_SUFFIX = ".pdiparams"
 
@@ -37,7 +38,7 @@ def _import(module: str) -> ModuleType:
                              "(Paddle crashes); import paddle before tensorflow, or predict the two kinds of "
                              "model in separate processes.")
     with quiet():
-        return import_extra(module, "paddle", "PaddlePaddle models")
+        return import_extra(module, EXTRA, WHAT)
 
 
 def _program_file(path: str | os.PathLike) -> Path | None:
@@ -58,7 +59,7 @@ EXPORT_TIMEOUT_S = 600
 
 
 def _to_onnx(program: Path, what: str) -> onnx.ModelProto:
-    _import("paddle2onnx")
+    require_extra("paddle2onnx", EXTRA, WHAT)  # imported in the child process only
     params = program.with_suffix(PARAMS_SUFFIX)
     if not program.is_file() or not params.is_file():
         raise ModelLoadError(f"{what}: need both {program.name} and {params.name} in {program.parent}; save the "
