@@ -39,6 +39,12 @@ class ExportError(DippmError):
     """The model could not be traced with the given inputs (wrong shape, unsupported control flow)."""
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``TypeName: first line of the message``: enough to act on, short enough for a one-line error."""
+    text = str(exc).splitlines()[0][:limit] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def suggest(name: str, known: Iterable[str], n: int = 5) -> str:
     """A 'did you mean' fragment for an error message, empty when nothing is close."""
     close = difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_convert_map
 
-from dippm_nas.errors import ExportError, ModelLoadError
+from dippm_nas.errors import ExportError, ModelLoadError, one_line
 from dippm_nas.frontends import LoadedModel, register_frontend
 from dippm_nas.frontends._canonical import canonicalize
 from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
@@ -69,7 +69,7 @@ class _TolerantImporter(ONNXGraphImporter):
             try:
                 return super()._convert_operator(op_name, inputs, attrs, opset)
             except Exception as exc:  # TVM raises type, value and assertion errors alike
-                self.fallbacks.append(f"{op_name} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+                self.fallbacks.append(f"{op_name} ({one_line(exc, 120)})")
         args = [x for x in inputs if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)]
         types = self.output_types.get(attrs["tvm_custom"]["name"]) or [args[0].ty]
         out_ty = types[0] if len(types) == 1 else relax.TupleType(types)
@@ -169,8 +169,7 @@ def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load(path)
         onnx.checker.check_model(model)
     except (DecodeError, onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-        raise ModelLoadError(f"{path} is not a valid ONNX model ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'}); export it again "
+        raise ModelLoadError(f"{path} is not a valid ONNX model ({one_line(exc)}); export it again "
                              "with torch.onnx.export or check the file.") from exc
     return model
 
@@ -220,8 +219,7 @@ def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpe
             warnings.simplefilter("ignore")
             mod, generic = onnx_to_relax(model, shapes, dtypes)
     except Exception as exc:
-        raise ExportError(f"TVM could not import {name} with inputs {shapes}: "
-                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
+        raise ExportError(f"TVM could not import {name} with inputs {shapes}: {one_line(exc)}") from exc
     return LoadedModel(mod, name, source, tuple(TensorSpec(s.shape, s.dtype, n) for n, s in zip(names, spec)),
                        batch, family or name, tuple(f"{name}: {note}" for note in generic))
 

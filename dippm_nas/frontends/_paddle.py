@@ -19,7 +19,7 @@ from typing import Any
 
 import onnx
 
-from dippm_nas.errors import ModelLoadError
+from dippm_nas.errors import ModelLoadError, one_line
 from dippm_nas.frontends import LoadedModel, import_extra, register_frontend, require_extra
 from dippm_nas.frontends._onnx import import_onnx
 from dippm_nas.frontends._quiet import quiet
@@ -88,9 +88,8 @@ def load_paddle_layer(layer: Any, inputs: InputSpec | None, batch: int) -> Loade
                 static = paddle.jit.to_static(layer, input_spec=input_spec, full_graph=True)
                 paddle.jit.save(static, os.path.join(tmp, "model"))
         except Exception as exc:
-            message = str(exc).splitlines()[0][:300] if str(exc) else ""
             raise ModelLoadError(f"paddle.jit.to_static could not trace {name} with inputs "
-                                 f"{', '.join(map(str, spec))} ({type(exc).__name__}: {message}).") from exc
+                                 f"{', '.join(map(str, spec))} ({one_line(exc)}).") from exc
         proto = _to_onnx(_program_file(tmp) or Path(tmp) / "model.json", f"Paddle layer {name}")
     family = type(layer).__module__.rsplit(".", 1)[-1]
     return import_onnx(proto, name, "paddle", spec, batch, family)

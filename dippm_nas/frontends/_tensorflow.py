@@ -25,7 +25,7 @@ from typing import Any
 
 import onnx
 
-from dippm_nas.errors import ModelLoadError
+from dippm_nas.errors import ModelLoadError, one_line
 from dippm_nas.frontends import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._onnx import import_onnx
 from dippm_nas.frontends._quiet import quiet
@@ -89,8 +89,7 @@ def _converted(convert: Callable[[], Any], what: str) -> onnx.ModelProto:
         with quiet():
             proto, _ = convert()
     except Exception as exc:
-        message = str(exc).splitlines()[0][:300] if str(exc) else ""
-        raise ModelLoadError(f"tf2onnx could not convert {what} ({type(exc).__name__}: {message}).") from exc
+        raise ModelLoadError(f"tf2onnx could not convert {what} ({one_line(exc)}).") from exc
     return proto
 
 
@@ -127,8 +126,7 @@ def load_keras_file(path: str | os.PathLike, inputs: InputSpec | None, batch: in
         with quiet():
             model = keras.models.load_model(str(path), compile=False)
     except Exception as exc:
-        raise ModelLoadError(f"{path} is not a readable Keras model file ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); save it again with "
+        raise ModelLoadError(f"{path} is not a readable Keras model file ({one_line(exc, 200)}); save it again with "
                              "model.save('model.keras').") from exc
     return load_keras(model, inputs, batch, Path(path).stem)
 
@@ -156,8 +154,7 @@ def load_saved_model(path: str | os.PathLike, inputs: InputSpec | None, batch: i
         with quiet():
             graph_def, in_names, out_names = tf_loader.from_saved_model(str(path), None, None)
     except Exception as exc:
-        raise ModelLoadError(f"{path} is not a readable TensorFlow SavedModel ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); save it again with "
+        raise ModelLoadError(f"{path} is not a readable TensorFlow SavedModel ({one_line(exc, 200)}); save it again with "
                              "tf.saved_model.save(model, DIR) or model.export(DIR).") from exc
     spec = _resolve_inputs(_placeholders(graph_def, in_names), inputs, what)
     overrides = {n: [batch, *s.shape] for n, s in zip(in_names, spec)}

@@ -20,7 +20,7 @@ from torch import fx
 from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-from dippm_nas.errors import ExportError
+from dippm_nas.errors import ExportError, one_line
 from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
 from dippm_nas.inputs import InputSpec
 
@@ -96,7 +96,7 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
             except ExportError:
                 raise
             except Exception as exc:  # TVM raises assertion, type and value errors alike
-                self.fallbacks.append(f"{op} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+                self.fallbacks.append(f"{op} ({one_line(exc, 120)})")
                 return fallback(node, self)
 
         return convert
@@ -182,7 +182,7 @@ def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
     except ExportError:
         raise
     except Exception as exc:
-        raise ExportError(f"TVM could not import {name}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+        raise ExportError(f"TVM could not import {name}: {one_line(exc)}") from exc
     notes += tuple(
         f"{name}: TVM failed to convert {failure}; that node is kept as a generic node"
         for failure in sorted(set(importer.fallbacks))

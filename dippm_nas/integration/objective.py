@@ -7,7 +7,7 @@ from typing import Any
 
 import optuna
 
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, one_line
 from dippm_nas.integration.constraints import HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
 
@@ -55,7 +55,7 @@ class HardwareObjective:
         try:
             prediction = self.cost.score(candidate)
         except Exception as exc:  # a candidate that cannot be featurized is a pruned trial, not a crash
-            reason = f"featurizing failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            reason = f"featurizing failed: {one_line(exc)}"
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason) from exc
         record_prediction(trial, prediction)

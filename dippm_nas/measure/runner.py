@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from dippm_nas.errors import one_line
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.energy import EnergyMeter
 from dippm_nas.measure.environment import Environment, describe, nvml, utc_now
@@ -130,8 +131,7 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None)
         else:
             row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     except Exception as exc:  # an out-of-memory or a model that fails is a result to record
-        row.update(status="oom" if _is_oom(exc) else "error",
-                   error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        row.update(status="oom" if _is_oom(exc) else "error", error=one_line(exc))
     finally:
         del model, x
         gc.collect()

@@ -20,6 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dippm_nas.cache import GraphCache
+from dippm_nas.errors import one_line
 from dippm_nas.graph.serialize import graph_to_bytes
 
 DEFAULT_STORE = Path(__file__).resolve().parents[2] / "data" / "graphs" / "graphs.sqlite"
@@ -41,7 +42,7 @@ def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
         graph = build_graph(model, TensorSpec((3, int(size), int(size))), batch=1)
         return graph_key, graph_to_bytes(graph), "", time.perf_counter() - start
     except Exception as exc:  # every failure is listed with its reason
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        reason = one_line(exc)
         return graph_key, None, reason, time.perf_counter() - start
 
 
