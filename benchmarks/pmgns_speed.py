@@ -2,7 +2,7 @@
 
 Builds the graphs of a fixed list of timm models first (not timed), then times
 ``PMGNSCostModel.estimate`` on each, several rounds, and prints the median and 95th percentile per
-graph, next to the analytical model's own time for scale.
+graph, next to the analytical model's own time for scale, and where a prediction's time goes.
 
     python benchmarks/pmgns_speed.py
 """
@@ -42,9 +42,40 @@ def main() -> int:
         ordered = sorted(t)
         print(f"{name:10s} per graph: median {statistics.median(t):.2f} ms, p95 {ordered[int(0.95 * len(t)) - 1]:.2f} ms "
               f"({len(graphs)} timm graphs, median {nodes:.0f} operators, {ROUNDS} rounds)")
+    print("where it goes, median per graph: " + ", ".join(f"{k} {v:.2f} ms" for k, v in _stages(learned, graphs, device).items()))
     median = statistics.median(timings["pmgns"])
     print(f"bar: PMGNS under 5 ms per graph -> {'met' if median < 5 else 'NOT met'}")
     return 0 if median < 5 else 1
+
+
+def _stages(learned, graphs, device) -> dict[str, float]:
+    """The steps of ``PMGNSCostModel.estimate`` timed one by one (same inputs, same order)."""
+    import torch
+
+    from dippm_nas.graph.batching import unscale_batch
+    from dippm_nas.graph.features import edge_index, node_feature_matrix
+    from dippm_nas.training.dataset import record_features
+
+    request = {"batch": graphs[0].batch, "device": device.key, "precision": "fp16", "layout": "nchw",
+               "torch": learned.card.torch_version}
+    stages: dict[str, list[float]] = {"undo batch": [], "node features": [], "static features + analytical": [],
+                                      "GNN": []}
+    for g in graphs:
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            g1 = unscale_batch(g)
+            t1 = time.perf_counter()
+            x = node_feature_matrix(g1)
+            t2 = time.perf_counter()
+            feats, _ = record_features(g1, request, learned.analytical, g)
+            t3 = time.perf_counter()
+            static = torch.tensor([[feats[n] for n in learned.card.static_features]], dtype=torch.float32)
+            with torch.no_grad():
+                learned.model(x, edge_index(g1), torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)
+            t4 = time.perf_counter()
+            for name, (a, b) in zip(stages, ((start, t1), (t1, t2), (t2, t3), (t3, t4))):
+                stages[name].append((b - a) * 1e3)
+    return {name: statistics.median(t) for name, t in stages.items()}
 
 
 if __name__ == "__main__":
