@@ -131,6 +131,9 @@ def load_keras_file(path: str | os.PathLike, inputs: InputSpec | None, batch: in
     return load_keras(model, inputs, batch, Path(path).stem)
 
 
+_TF_DTYPES = {1: "float32", 19: "float16", 14: "bfloat16", 3: "int32", 9: "int64", 10: "bool"}  # tf.DType enum
+
+
 def _placeholders(graph_def: Any, names: Sequence[str]) -> Declared:
     """Shapes of a frozen graph's inputs, read off its Placeholder nodes (-1 is unknown)."""
     by_name = {node.name: node for node in graph_def.node}
@@ -142,11 +145,8 @@ def _placeholders(graph_def: Any, names: Sequence[str]) -> Declared:
     return declared
 
 
-_TF_DTYPES = {1: "float32", 19: "float16", 14: "bfloat16", 3: "int32", 9: "int64", 10: "bool"}  # tf.DType enum
-
-
 def load_saved_model(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
-    tf, tf2onnx = _tensorflow()
+    _, tf2onnx = _tensorflow()
     from tf2onnx import tf_loader
 
     what = f"SavedModel {path}"
