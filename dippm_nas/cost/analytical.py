@@ -86,8 +86,7 @@ class AnalyticalCostModel:
         """The operator's cost, and the fraction of its time its bounding unit is busy."""
         if node.is_view:
             return NodeCost(node.id, node.op, 0.0, node.flops, 0, "free"), 0.0
-        tensor_bytes = self.tensor_bytes
-        moved = sum(tensor_bytes(t, precision) for t in node.inputs) + sum(tensor_bytes(t, precision) for t in node.outputs)
+        moved = sum(self.tensor_bytes(t, precision) for t in (*node.inputs, *node.outputs))
         kernels = 1
         if precision in HALF_PRECISIONS and node.category in TENSOR_CORE_CATEGORIES and node.weights:
             # Autocast casts each fp32 weight to half per forward: one more kernel that reads 4
@@ -99,7 +98,7 @@ class AnalyticalCostModel:
         compute_s = node.flops / (self.peak_tflops(node, device, precision) * 1e12)
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
-        busy_s = compute_s if compute_s >= memory_s else memory_s
+        busy_s = max(compute_s, memory_s)
         total_s = busy_s + overhead_s
         bound = "overhead" if overhead_s > busy_s else ("compute" if compute_s >= memory_s else "memory")
         return NodeCost(node.id, node.op, total_s * 1e3, node.flops, moved, bound), busy_s / total_s

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import DTYPE_BYTES, ModelGraph, Node, Tensor
+from dippm_nas.graph.model_graph import ModelGraph, Node
 
 MAX_RANK = 5
 _SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
@@ -38,20 +38,16 @@ def node_feature_names() -> list[str]:
 _LOG_COLUMNS = (0, 1, 2, 3, 6)
 
 
-def _nbytes(t: Tensor) -> int:
-    return math.prod(t.shape) * DTYPE_BYTES.get(t.dtype, 4)
-
-
 def _raw_dense(node: Node) -> list[float]:
-    """The dense features before their logs: one pass over the node, no derived properties.
+    """The dense features before their logs, in one pass over the node.
 
     Prediction featurizes every graph it is given, so this loop is on PMGNS's critical path.
     """
     kernel = node.weights[0].shape[2:4] if node.category == "conv" and node.weights else ()
     out = node.outputs[0].shape if node.outputs else ()
-    weight = sum(map(_nbytes, node.weights))
+    weight = sum(t.nbytes for t in node.weights)
     attrs = node.attrs
-    row = [float(node.flops), float(sum(map(_nbytes, node.inputs)) + weight), float(sum(map(_nbytes, node.outputs))),
+    row = [float(node.flops), float(sum(t.nbytes for t in node.inputs) + weight), float(sum(t.nbytes for t in node.outputs)),
            float(weight), *_pair(tuple(kernel)), float(attrs.get("groups", 1) or 1), float(len(node.inputs)),
            float(len(out))]
     for name in _SPATIAL_ATTRS:
