@@ -133,7 +133,7 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     y = torch.nan_to_num(y)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = max(1, int(np.ceil(len(np.unique(ts.graph_of[train])) / config.batch_size)))
+    steps_per_epoch = max(1, int(np.ceil(len(train_graphs) / config.batch_size)))
     total = steps_per_epoch * config.epochs
     warmup = steps_per_epoch * config.warmup_epochs
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -145,13 +145,12 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     by_graph: dict[int, list[int]] = {}
     for r in train:
         by_graph.setdefault(int(ts.graph_of[r]), []).append(int(r))
-    graph_ids = np.array(sorted(by_graph))
     best_state, stale = None, 0
     bar = tqdm(range(config.epochs), desc=f"training {label or config.conv}", unit="epoch", file=sys.stderr,
                disable=not progress)
     for epoch in bar:
         model.train()
-        order = rng.permutation(graph_ids)
+        order = rng.permutation(train_graphs)
         for start in range(0, len(order), config.batch_size):
             chunk = np.array([r for g in order[start:start + config.batch_size] for r in by_graph[int(g)]])
             out = _forward(model, ts, xs, static, chunk)
