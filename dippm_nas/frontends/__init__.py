@@ -7,13 +7,12 @@ the source framework.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 import importlib
 import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import tvm
 

@@ -188,19 +188,20 @@ def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     Paddle weight would count as computed data and a Keras epsilon as a parameter the rewrites
     cannot read.
     """
-    constants = [n for n in model.graph.node if n.op_type == "Constant" and len(n.attribute) == 1
-                 and n.attribute[0].name == "value" and _is_weight(n.attribute[0].t)]
-    scalars = [t for t in model.graph.initializer if not _is_weight(t)]
-    for node in [n for n in model.graph.node if n.output[0] in {c.output[0] for c in constants}]:
+    weights = [n for n in model.graph.node if n.op_type == "Constant" and len(n.attribute) == 1
+               and n.attribute[0].name == "value" and _is_weight(n.attribute[0].t)]
+    constants = [t for t in model.graph.initializer if not _is_weight(t)]
+    for node in weights:
         tensor = onnx.TensorProto()
         tensor.CopyFrom(node.attribute[0].t)
         tensor.name = node.output[0]
         model.graph.initializer.append(tensor)
         model.graph.node.remove(node)
-    for tensor in [t for t in model.graph.initializer if t.name in {s.name for s in scalars}]:
+    for tensor in constants:
         model.graph.node.insert(0, onnx.helper.make_node("Constant", [], [tensor.name], value=tensor))
         model.graph.initializer.remove(tensor)
-    for value in [v for v in model.graph.input if v.name in {s.name for s in scalars}]:
+    names = {t.name for t in constants}
+    for value in [v for v in model.graph.input if v.name in names]:
         model.graph.input.remove(value)
     return model
 
