@@ -58,33 +58,35 @@ def _group(t: FrozenTrial) -> str:
     return t.user_attrs.get("mig_profile") or "fits no MIG slice" if is_feasible(t) else INFEASIBLE
 
 
+def _groups(trials: list[FrozenTrial]) -> list[tuple[str, str, list[FrozenTrial]]]:
+    """(group, colour, members) in legend order: MIG profiles first, infeasible trials last and grey."""
+    names = sorted({_group(t) for t in trials}, key=lambda g: (g == INFEASIBLE, g))
+    return [(g, "#b0b0b0" if g == INFEASIBLE else PALETTE[i % len(PALETTE)], [t for t in trials if _group(t) == g])
+            for i, g in enumerate(names)]
+
+
 def _objective_name(study: optuna.Study) -> str:
     names = study.metric_names
     return names[0] if names else "objective 0 (accuracy)"
 
 
-def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str):
+def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, front: list[FrozenTrial]):
     import plotly.graph_objects as go
 
-    maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
-    groups = sorted({_group(t) for t in trials}, key=lambda g: (g == INFEASIBLE, g))
     fig = go.Figure()
-    for i, group in enumerate(groups):
-        members = [t for t in trials if _group(t) == group]
+    for group, colour, members in _groups(trials):
         fig.add_trace(go.Scatter(
             x=[t.user_attrs[cost] for t in members], y=[t.values[0] for t in members], mode="markers", name=group,
-            marker={"color": "#b0b0b0" if group == INFEASIBLE else PALETTE[i % len(PALETTE)], "size": 8,
-                    "opacity": 0.5 if group == INFEASIBLE else 0.9},
+            marker={"color": colour, "size": 8, "opacity": 0.5 if group == INFEASIBLE else 0.9},
             text=[f"trial {t.number}" for t in members],
             hovertemplate="%{text}<br>%{x:.4g}<br>objective %{y:.4g}<extra>" + group + "</extra>"))
-    front = pareto_2d(trials, cost, maximize)
     fig.add_trace(go.Scatter(x=[t.user_attrs[cost] for t in front], y=[t.values[0] for t in front],
                              mode="lines", line={"shape": "hv", "color": "black", "width": 1.5}, name="Pareto front"))
     device = trials[0].user_attrs.get("device", "")
     fig.update_layout(title=f"{_objective_name(study)} against {COSTS[cost]} on {device}", xaxis_title=COSTS[cost],
                       yaxis_title=_objective_name(study), legend_title="smallest MIG profile", height=460,
                       template="plotly_white")
-    return fig, front
+    return fig
 
 
 def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
@@ -102,23 +104,21 @@ def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
     return f'<table id="pareto-table"><thead><tr>{header}</tr></thead><tbody>{cells}</tbody></table>'
 
 
-def _pngs(study: optuna.Study, trials: list[FrozenTrial], folder: Path) -> tuple[Path, ...]:
+def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list[FrozenTrial]],
+          folder: Path) -> tuple[Path, ...]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
     out = []
     for cost, label in COSTS.items():
         fig, ax = plt.subplots(figsize=(6, 4.2))
-        groups = sorted({_group(t) for t in trials}, key=lambda g: (g == INFEASIBLE, g))
-        for i, group in enumerate(groups):
-            members = [t for t in trials if _group(t) == group]
+        for group, colour, members in _groups(trials):
             ax.scatter([t.user_attrs[cost] for t in members], [t.values[0] for t in members], s=14, label=group,
-                       color="#b0b0b0" if group == INFEASIBLE else PALETTE[i % len(PALETTE)])
-        front = pareto_2d(trials, cost, maximize)
+                       color=colour)
+        front = fronts[cost]
         ax.step([t.user_attrs[cost] for t in front], [t.values[0] for t in front], where="post", color="black",
                 linewidth=1, label="Pareto front")
         ax.set_xlabel(label)
@@ -134,13 +134,11 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], folder: Path) -> tuple
 
 def write_report(study: optuna.Study, out: str | Path = "report.html", png_dir: str | Path | None = None) -> ReportSummary:
     trials = scored_trials(study)
-    fronts, sections = {}, []
-    plotly_js = "inline"
-    for cost in COSTS:
-        fig, front = _front_figure(study, trials, cost)
-        fronts[cost] = front
-        sections.append(fig.to_html(full_html=False, include_plotlyjs=plotly_js, div_id=f"front-{cost}"))
-        plotly_js = False
+    maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
+    fronts = {cost: pareto_2d(trials, cost, maximize) for cost in COSTS}
+    sections = [_front_figure(study, trials, cost, fronts[cost]).to_html(
+        full_html=False, include_plotlyjs="inline" if i == 0 else False, div_id=f"front-{cost}")
+        for i, cost in enumerate(COSTS)]
     history = optuna.visualization.plot_optimization_history(
         study, target=lambda t: t.values[0], target_name=_objective_name(study))
     sections.append(history.to_html(full_html=False, include_plotlyjs=False, div_id="history"))
@@ -172,5 +170,5 @@ constraint; colours give the smallest MIG profile each candidate fits.</p>
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
-    pngs = _pngs(study, trials, Path(png_dir)) if png_dir else ()
+    pngs = _pngs(study, trials, fronts, Path(png_dir)) if png_dir else ()
     return ReportSummary(out, len(trials), feasible, tuple(pareto), pngs)
