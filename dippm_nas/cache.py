@@ -9,8 +9,10 @@ time agree on one row. Rows are compressed JSON (:mod:`dippm_nas.graph.serialize
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +20,27 @@ from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import FORMAT, graph_from_bytes, graph_to_bytes
 
 BUSY_TIMEOUT_MS = 60_000
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    """Switch to WAL and create the table, retrying while other processes do the same.
+
+    SQLite answers "database is locked" at once, without waiting on the busy timeout, when several
+    connections change the journal mode of a new file together (it would deadlock otherwise); so
+    workers that open a fresh cache at the same moment retry here until the timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS graphs (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+                         "format INTEGER NOT NULL, blob BLOB NOT NULL)")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.01, 0.1))
 
 
 class GraphCache:
@@ -44,9 +67,7 @@ class GraphCache:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                    check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("CREATE TABLE IF NOT EXISTS graphs (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
-                         "format INTEGER NOT NULL, blob BLOB NOT NULL)")
+            _create_schema(conn)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 
