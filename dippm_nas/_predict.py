@@ -12,7 +12,7 @@ from dippm_nas.frontends import load_model
 from dippm_nas.graph.from_relax import relax_to_graph
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, fits, select_mig_profile
-from dippm_nas.hardware.registry import Device, check_precision, get_device
+from dippm_nas.hardware.registry import Device, check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
 
 DEFAULT_DEVICE = "a100-40gb"
@@ -26,52 +26,56 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
 
 
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
-                  cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN) -> Prediction:
+                  cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
+                  layout: str = "nchw") -> Prediction:
     """Predict for a graph already built (its batch size is the graph's)."""
     gpu = get_device(device)
     check_precision(precision)
-    estimate, fallback = _estimate(graph, gpu, precision, cost_model)
+    check_layout(layout)
+    estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model)
     choice = select_mig_profile(estimate.memory_mib, gpu if not gpu.slice_of else gpu.key.split(":")[0], mig_margin)
     notes = tuple(graph.warnings) + estimate.notes + fallback
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mb=estimate.memory_mib, mig_profile=choice.profile, device=gpu.key,
-        precision=precision, batch=graph.batch, cost_model=estimate.cost_model,
+        precision=precision, batch=graph.batch, cost_model=estimate.cost_model, layout=layout,
         mig_reason=choice.reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, estimate=estimate,
     )
 
 
-def _estimate(graph: ModelGraph, gpu: Device, precision: str, cost_model: str):
+def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str):
     """``auto``: the learned model where it was trained, else the analytical one, saying why."""
     from dippm_nas.cost.learned import NotCovered
 
     if cost_model != "auto":
-        return get_cost_model(cost_model).estimate(graph, gpu, precision), ()
+        return get_cost_model(cost_model).estimate(graph, gpu, precision, layout), ()
     try:
-        return get_cost_model("pmgns").estimate(graph, gpu, precision), ()
+        return get_cost_model("pmgns").estimate(graph, gpu, precision, layout), ()
     except NotCovered as reason:
-        return get_cost_model("analytical").estimate(graph, gpu, precision), (
+        return get_cost_model("analytical").estimate(graph, gpu, precision, layout), (
             f"{reason}: analytical (roofline) estimate",)
 
 
 def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,
             precision: str = "fp32", *, cost_model: str = "auto",
-            mig_margin: float = DEFAULT_MIG_MARGIN) -> Prediction:
+            mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw") -> Prediction:
     """Latency, energy, memory and MIG slice of one inference of ``batch`` inputs on ``device``.
 
     ``model`` is a ``torch.nn.Module``, a timm name, an ``.onnx`` path, ``"package.module:factory"``
     or ``"hf:<model_type>"``. ``input_shape`` excludes the batch: ``(3, 224, 224)``, or a list of
     :class:`~dippm_nas.inputs.TensorSpec` for several or non-image inputs; None takes the model's
-    default. Nothing runs on a GPU and no weights are materialised.
+    default. ``layout`` is the memory layout the model would run in: ``nchw`` (PyTorch's default) or
+    ``nhwc`` (channels_last). Nothing runs on a GPU and no weights are materialised.
 
     >>> p = predict("resnet18", batch=8, device="a100-40gb")  # doctest: +SKIP
     >>> p.latency_ms, p.memory_mb, p.mig_profile                 # doctest: +SKIP
     """
-    gpu = get_device(device)  # fail on a bad device before the slow import
+    gpu = get_device(device)  # fail on bad arguments before the slow import
     check_precision(precision)
+    check_layout(layout)
     graph = build_graph(model, input_shape, check_batch(batch))
-    return predict_graph(graph, gpu, precision, cost_model, mig_margin)
+    return predict_graph(graph, gpu, precision, cost_model, mig_margin, layout=layout)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,8 @@ class SliceEstimate:
 
 
 def mig_table(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
-              cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN) -> list[SliceEstimate]:
+              cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
+              layout: str = "nchw") -> list[SliceEstimate]:
     """Every MIG profile of ``device`` with fit and latency on that slice."""
     gpu = get_device(device)
     if not gpu.has_mig:
@@ -95,7 +100,7 @@ def mig_table(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precisio
                          + ", ".join(d.key for d in _mig_devices()) + ".")
     rows = []
     for profile in gpu.mig_profiles:
-        p = predict_graph(graph, gpu.as_slice(profile), precision, cost_model, mig_margin)
+        p = predict_graph(graph, gpu.as_slice(profile), precision, cost_model, mig_margin, layout=layout)
         rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count,
                                   fits(profile, p.memory_mb, mig_margin), p.latency_ms, p.energy_j))
     return rows

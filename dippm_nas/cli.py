@@ -37,7 +37,7 @@ examples:
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-    from dippm_nas.hardware.registry import PRECISIONS
+    from dippm_nas.hardware.registry import LAYOUTS, PRECISIONS
 
     parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
                                       "'module:factory' or 'hf:<type>'")
@@ -49,6 +49,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="a100-40gb",
                         help="GPU key from `dippm-nas devices`, or KEY:PROFILE for a MIG slice (default: a100-40gb)")
     parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="default: fp32")
+    parser.add_argument("--layout", default="nchw", choices=list(LAYOUTS),
+                        help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
+                             "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", help="auto, analytical (default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help=f"safety margin on memory when choosing a MIG slice (default: {DEFAULT_MIG_MARGIN})")
@@ -71,7 +74,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dippm_nas._predict import predict
 
     p = predict(args.model, _inputs(args), args.batch, args.device, args.precision,
-                cost_model=args.cost_model, mig_margin=args.mig_margin)
+                cost_model=args.cost_model, mig_margin=args.mig_margin, layout=args.layout)
     if args.json:
         out = p.to_dict()
         if args.top:
@@ -79,7 +82,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     rows = [
-        ["model", p.model], ["device", p.device], ["precision", p.precision], ["batch", str(p.batch)],
+        ["model", p.model], ["device", p.device], ["precision", p.precision], ["layout", p.layout], ["batch", str(p.batch)],
         ["latency", f"{p.latency_ms:.3f} ms"], ["energy", f"{p.energy_j:.4f} J per batch"],
         ["memory", f"{p.memory_mb:.0f} MiB"],
         ["MIG profile", f"{p.mig_profile or 'none'} ({p.mig_reason})"],
@@ -119,8 +122,8 @@ def cmd_mig(args: argparse.Namespace) -> int:
     from dippm_nas._predict import build_graph, mig_table, predict_graph
 
     graph = build_graph(args.model, _inputs(args), args.batch)
-    whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin)
-    rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin)
+    whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
+    rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
     if args.json:
         print(json.dumps({"prediction": whole.to_dict(), "profiles": [vars(r) for r in rows]}, indent=2))
         return 0

@@ -13,7 +13,9 @@ For each operator :math:`i` with :math:`F_i` FLOPs and :math:`B_i` bytes moved:
 where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision, :math:`W` the
 memory bandwidth and :math:`k_i` the number of kernels it launches. Views (reshape, permute,
 slicing) are free, as in PyTorch eager. Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
-u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. Memory is the CUDA
+u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. A tensor-core
+convolution on NCHW activations at half precision also pays the two transposes cuDNN runs around it.
+Memory is the CUDA
 context, the weights, the peak of the live activations over the operators in execution order, and
 the library workspace.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost, register_cost_model
 from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
-from dippm_nas.hardware.registry import Device, check_precision
+from dippm_nas.hardware.registry import Device, check_layout, check_precision
 
 MIB = 2**20
 
@@ -49,6 +51,28 @@ IDLE_POWER_FRACTION = 0.15
 
 HALF_PRECISIONS = frozenset({"fp16", "bf16"})
 TENSOR_CORE_CATEGORIES = frozenset({"conv", "matmul", "attention"})
+
+
+#: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
+#: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
+TENSOR_CORE_CHANNEL_MULTIPLE = 8
+
+
+def _transposed_bytes(node: Node, precision: str, layout: str) -> int:
+    """Bytes the NCHW<->NHWC transposes around a half-precision tensor-core convolution move.
+
+    cuDNN's tensor-core kernels read and write NHWC; given NCHW tensors (PyTorch's default layout)
+    it transposes the input before the kernel and the output after it (nchwToNhwcKernel and
+    nhwcToNchwKernel in an Nsight profile). Each transpose reads and writes its tensor once. With
+    ``channels_last`` (``nhwc``) the tensors already are NHWC, and nothing is moved.
+    """
+    if layout != "nchw" or precision not in HALF_PRECISIONS or node.category != "conv" or not node.weights:
+        return 0
+    weight = node.weights[0].shape  # O, I/groups, *kernel
+    groups = int(node.attrs.get("groups", 1) or 1)
+    if len(weight) != 4 or weight[1] % TENSOR_CORE_CHANNEL_MULTIPLE or (weight[0] // groups) % TENSOR_CORE_CHANNEL_MULTIPLE:
+        return 0
+    return 2 * 2 * (node.inputs[0].numel + node.outputs[0].numel)  # read + write, 2 bytes per element
 
 
 def _round_up(value: float, step: int) -> float:
@@ -82,7 +106,7 @@ class AnalyticalCostModel:
             return device.tf32_tflops or device.fp32_tflops
         return device.tensor_tflops(precision)
 
-    def node_cost(self, node: Node, device: Device, precision: str) -> tuple[NodeCost, float]:
+    def node_cost(self, node: Node, device: Device, precision: str, layout: str = "nchw") -> tuple[NodeCost, float]:
         """The operator's cost, and the fraction of its time its bounding unit is busy."""
         if node.is_view:
             return NodeCost(node.id, node.op, 0.0, node.flops, 0, "free"), 0.0
@@ -95,6 +119,10 @@ class AnalyticalCostModel:
             kernels += 1
         else:
             moved += node.weight_bytes
+        transposed = _transposed_bytes(node, precision, layout)
+        if transposed:
+            moved += transposed
+            kernels += 2
         compute_s = node.flops / (self.peak_tflops(node, device, precision) * 1e12)
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
@@ -145,12 +173,13 @@ class AnalyticalCostModel:
         return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB)
 
     # -- the whole graph ------------------------------------------------------------------------
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32") -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
         check_precision(precision)
+        check_layout(layout)
         idle_w = IDLE_POWER_FRACTION * device.tdp_w
         costs, energy = [], 0.0
         for node in graph.nodes:
-            cost, utilisation = self.node_cost(node, device, precision)
+            cost, utilisation = self.node_cost(node, device, precision, layout)
             costs.append(cost)
             energy += cost.time_ms * 1e-3 * (idle_w + (device.tdp_w - idle_w) * utilisation)
         memory = self.memory(graph, precision)

@@ -55,7 +55,7 @@ class Estimate:
 class CostModel(Protocol):
     name: str
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str) -> Estimate: ...
+    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = "nchw") -> Estimate: ...
 
 
 _COST_MODELS: dict[str, Callable[[], CostModel]] = {}
@@ -88,6 +88,7 @@ class Prediction:
     precision: str
     batch: int
     cost_model: str
+    layout: str = "nchw"
     mig_reason: str = ""
     gflops: float = 0.0
     params_m: float = 0.0

@@ -115,14 +115,14 @@ class PMGNSCostModel:
             return f"PMGNS is trained for {', '.join(self.card.precisions)}, not {precision}"
         return None
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32") -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
         from dippm_nas.training.dataset import graph_tensors, record_features
 
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
         graph1 = unscale_batch(graph)
-        request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": "nchw",
+        request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_version}
         feats, analytical = record_features(graph1, request, self.analytical, graph)
         raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)

@@ -156,6 +156,19 @@ class Device:
         }
 
 
+#: Memory layouts of image activations, as PyTorch's memory formats name them.
+LAYOUTS: dict[str, str] = {
+    "nchw": "torch.contiguous_format, PyTorch's default",
+    "nhwc": "torch.channels_last (model.to(memory_format=torch.channels_last) and the same for the input)",
+}
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise DippmError(f"unknown memory layout {layout!r}; choose one of: {', '.join(LAYOUTS)}." + suggest(layout, LAYOUTS))
+    return layout
+
+
 def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise DippmError(

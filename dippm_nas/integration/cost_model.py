@@ -9,7 +9,7 @@ from typing import Any
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.base import Prediction
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-from dippm_nas.hardware.registry import check_precision, get_device
+from dippm_nas.hardware.registry import check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
 from dippm_nas.integration.featurizer import CachedFeaturizer
 
@@ -29,10 +29,11 @@ class HardwareCostModel:
 
     def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
-                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN):
+                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw"):
         check_batch(batch)
         self.device = get_device(device)
         self.precision = check_precision(precision)
+        self.layout = check_layout(layout)
         self.batch = batch
         self.cost_model = cost_model
         self.mig_margin = mig_margin
@@ -61,4 +62,4 @@ class HardwareCostModel:
         from dippm_nas._predict import predict_graph
 
         return predict_graph(self.graph(candidate, inputs), self.device, self.precision, self.cost_model,
-                             self.mig_margin)
+                             self.mig_margin, layout=self.layout)

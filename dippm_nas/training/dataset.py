@@ -55,7 +55,7 @@ def record_features(graph1: ModelGraph, record_like: dict, analytical: Analytica
     device = get_device(record_like["device"])
     precision = record_like["precision"]
     graph = graph if graph is not None else scale_batch(graph1, record_like["batch"])
-    estimate = analytical.estimate(graph, device, precision)
+    estimate = analytical.estimate(graph, device, precision, record_like["layout"])
     total = estimate.latency_ms or 1e-9
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
              for k, v in static_features(graph1).items()}

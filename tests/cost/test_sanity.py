@@ -76,3 +76,30 @@ def test_breakdown_names_the_dominant_operators(resnet_graphs):
     top = predict_graph(resnet_graphs[32]).estimate.top_nodes(3)
     assert len(top) == 3 and top[0].time_ms >= top[1].time_ms >= top[2].time_ms
     assert all(c.bound in {"compute", "memory", "overhead"} for c in top)
+
+
+def test_channels_last_saves_the_transposes_of_half_precision_convolutions(resnet_graphs):
+    """NCHW at fp16 pays cuDNN's two transposes per tensor-core convolution; channels_last does not;
+    fp32 and depthwise (CUDA-core) convolutions are the same in both layouts."""
+    g, model = resnet_graphs[8], AnalyticalCostModel()
+    from dippm_nas.hardware import get_device
+
+    gpu = get_device("rtx4090")
+    nchw, nhwc = (model.estimate(g, gpu, "fp16", layout) for layout in ("nchw", "nhwc"))
+    convs = {n.id for n in g.nodes if n.category == "conv"}
+    slower = {a.node for a, b in zip(nchw.nodes, nhwc.nodes) if a.time_ms > b.time_ms}
+    assert slower and slower <= convs and nchw.latency_ms > nhwc.latency_ms
+    stem = next(n for n in g.nodes if n.category == "conv")  # 3 input channels: no tensor cores
+    assert stem.id not in slower
+    assert model.estimate(g, gpu, "fp32", "nchw").latency_ms == model.estimate(g, gpu, "fp32", "nhwc").latency_ms
+    with torch.device("meta"):
+        depthwise = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.ReLU())
+    dw = build_graph(depthwise, (64, 56, 56), batch=8)
+    assert model.estimate(dw, gpu, "fp16", "nchw").latency_ms == model.estimate(dw, gpu, "fp16", "nhwc").latency_ms
+
+
+def test_unknown_layout_names_the_known_ones(resnet_graphs):
+    from dippm_nas.errors import DippmError
+
+    with pytest.raises(DippmError, match="choose one of: nchw, nhwc"):
+        predict_graph(resnet_graphs[8], layout="channels_last")
