@@ -167,7 +167,12 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     write_records(records)
     keys = {r.graph_key for r in records}
     print(f"{len(records)} records ({len({r.device for r in records})} devices) -> data/records.csv; {len(keys)} graphs")
-    if args.featurize:
+    if args.rebuild:
+        from dippm_nas.training.featurize import forget
+
+        dropped = forget(args.rebuild, DEFAULT_STORE)
+        print(f"dropped {len(dropped)} stored graphs matching {args.rebuild!r}: {', '.join(dropped) or '-'}")
+    if args.featurize or args.rebuild:
         failures = featurize(keys, DEFAULT_STORE, args.jobs, args.retry_failed)
         print(f"{len(keys) - len(failures)} graphs in {DEFAULT_STORE}; {len(failures)} failed "
               f"(listed in {DEFAULT_STORE.with_name('failures.csv')})")
@@ -302,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--featurize", action="store_true", help="build the graph of every model (resumable, cached)")
     ds.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
     ds.add_argument("--retry-failed", action="store_true", help="try again the models that failed before")
+    ds.add_argument("--rebuild", metavar="PATTERN",
+                    help="featurize again the stored graphs whose key matches this glob, e.g. 'timm:sequencer*' "
+                         "after a change to how their operators are read")
     ds.set_defaults(func=cmd_dataset)
     for name, helptext, func in (("train", "train PMGNS on the data set and ship its weights", cmd_train),
                                  ("evaluate", "every split and baseline; writes docs/accuracy.md", cmd_evaluate)):

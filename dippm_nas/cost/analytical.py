@@ -111,7 +111,7 @@ class AnalyticalCostModel:
         if node.is_view:
             return NodeCost(node.id, node.op, 0.0, node.flops, 0, "free"), 0.0
         moved = sum(self.tensor_bytes(t, precision) for t in (*node.inputs, *node.outputs))
-        kernels = 1
+        kernels = int(node.attrs.get("kernels", 1))  # most operators are one kernel; an LSTM says how many
         if precision in HALF_PRECISIONS and node.category in TENSOR_CORE_CATEGORIES and node.weights:
             # Autocast casts each fp32 weight to half per forward: one more kernel that reads 4
             # bytes and writes 2 per element, and the operator then reads the 2-byte copy.

@@ -43,8 +43,9 @@ def _tensor_types(value: object) -> list[relax.TensorType]:
     return found if isinstance(found, list) else [found]
 
 
-def _generic_converter(aten_name: str):
-    """A converter that keeps an unknown operator as an opaque call with the right output shape."""
+def _generic_converter(aten_name: str, attrs: dict[str, object] | None = None):
+    """A converter that keeps an unknown operator as an opaque call with the right output shape;
+    ``attrs`` ride on the called function, where the graph reader finds them."""
 
     def convert(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
         if "val" not in node.meta:
@@ -56,7 +57,10 @@ def _generic_converter(aten_name: str):
             if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType):
                 args.append(value)
         out_ty = _relax_type(node.meta["val"])
-        call = relax.call_dps_packed(GENERIC_OP_PREFIX + aten_name, relax.Tuple(args), out_ty)
+        func = relax.ExternFunc(GENERIC_OP_PREFIX + aten_name)
+        for key, value in (attrs or {}).items():
+            func = func.with_attr(key, value)
+        call = relax.call_dps_packed(func, relax.Tuple(args), out_ty)
         return importer.block_builder.emit(call)
 
     return convert
@@ -155,8 +159,17 @@ def _as_reshape(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
     return importer.block_builder.emit(relax.op.reshape(importer.env[node.args[0]], shape))
 
 
-#: ATen operators TVM's importer lacks, that are plain Relax operators under another name.
-EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape}
+def _recurrent(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
+    """LSTM and GRU as the one cuDNN call PyTorch makes: TVM's converters unroll every time step
+    into elementwise nodes (and refuse several layers). Both ATen schemas put num_layers, bidirectional
+    and batch_first at positions 4, 7 and 8; the cost rules need them."""
+    attrs = {"num_layers": int(node.args[4]), "bidirectional": bool(node.args[7]), "batch_first": bool(node.args[8])}
+    return _generic_converter(_op_name(node), attrs)(node, importer)
+
+
+#: Converters TVM's importer lacks or that we replace: plain Relax operators under another name, and
+#: recurrent layers kept whole.
+EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurrent, "gru.input": _recurrent}
 
 
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,

@@ -206,6 +206,11 @@ class _Converter:
         attrs = attrs_to_dict(value.attrs)
         if generic:
             attrs["aten"] = op_name
+            extern = value.args[0]
+            if isinstance(extern, relax.ExternFunc) and extern.attrs is not None:
+                attrs.update({str(k): _plain(v) for k, v in extern.attrs.items()})
+        if spec is not None and spec.kernels is not None:
+            attrs["kernels"] = spec.kernels([leaf.tensor for leaf in leaves], outs, attrs)
         node = _NodeDraft(
             id=len(self.nodes),
             op=op_name,

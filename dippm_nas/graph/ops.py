@@ -15,6 +15,11 @@ attention, as timm and DIPPM count them):
 * elementwise, activations and reductions: one per element written (per element read for
   reductions), the fvcore convention
 * pooling: ``numel(out) * prod(window)``; data movement and views: zero
+* LSTM / GRU (one node, as cuDNN runs them): ``2 * T * B * numel(W)`` for every weight matrix, plus
+  ``RECURRENT_POINTWISE_FLOPS`` per gate pre-activation and hidden unit per step
+
+An operator can also say how many kernels it launches (``kernels``; one when it does not say): a
+recurrent layer launches a few per time step, which is what it costs at small sizes.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ NORM_FLOPS_PER_ELEMENT = 5
 #: max, subtract, exp, sum, divide.
 SOFTMAX_FLOPS_PER_ELEMENT = 5
 
+#: Per gate pre-activation: two bias adds and the recurrent sum, then its sigmoid or tanh.
+RECURRENT_POINTWISE_FLOPS = 4
+
 FlopRule = Callable[[list[Tensor], list[Tensor], Mapping[str, object]], int]
+KernelRule = Callable[[list[Tensor], list[Tensor], Mapping[str, object]], int]
 
 #: Categories: which hardware unit bounds an operator in the cost model.
 CATEGORIES = (
@@ -44,6 +53,7 @@ class OpSpec:
     kind: str
     category: str
     flops: FlopRule
+    kernels: KernelRule | None = None
 
 
 _REGISTRY: dict[str, OpSpec] = {}
@@ -59,10 +69,13 @@ def register(names: str | tuple[str, ...], category: str, flops: FlopRule) -> No
         _REGISTRY[name] = OpSpec(kind=kind, category=category, flops=flops)
 
 
-def register_aten(names: str | tuple[str, ...], kind: str, category: str, flops: FlopRule) -> None:
-    """Cost rules for an ATen operator kept as a generic node: its kind must be in the vocabulary."""
+def register_aten(names: str | tuple[str, ...], kind: str, category: str, flops: FlopRule,
+                  kernels: KernelRule | None = None) -> None:
+    """Cost rules for an ATen operator kept as a generic node."""
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}")
     for name in (names,) if isinstance(names, str) else names:
-        _ATEN[name] = OpSpec(kind=kind, category=category, flops=flops)
+        _ATEN[name] = OpSpec(kind=kind, category=category, flops=flops, kernels=kernels)
 
 
 def lookup(op_name: str) -> OpSpec | None:
@@ -75,7 +88,7 @@ def lookup_aten(aten_name: str) -> OpSpec | None:
 
 def vocabulary() -> tuple[str, ...]:
     """Every node kind, sorted, then ``other``: the one-hot positions of the node features."""
-    return tuple(sorted({spec.kind for spec in _REGISTRY.values()})) + ("other",)
+    return tuple(sorted({spec.kind for spec in (*_REGISTRY.values(), *_ATEN.values())})) + ("other",)
 
 
 # ---- FLOP rules ---------------------------------------------------------------------------------
@@ -141,6 +154,32 @@ def _adaptive_pool(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, o
     return args[0].numel
 
 
+def _recurrent_flops(gates: int) -> FlopRule:
+    """Every weight matrix ([gates * H, I] input, [gates * H, H] recurrent) is applied at every
+    step to every sequence: ``T * B`` is the input's elements over its feature size."""
+
+    def flops(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+        steps = args[0].numel // args[0].shape[-1]
+        matrices = [t.shape for t in args[1:] if len(t.shape) == 2]
+        hidden = matrices[0][0] // gates if matrices else 0
+        pointwise = _recurrent_layers(attrs) * (RECURRENT_POINTWISE_FLOPS * gates * hidden + hidden)  # + cell update
+        return steps * (sum(2 * m[0] * m[1] for m in matrices) + pointwise)
+
+    return flops
+
+
+def _recurrent_kernels(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    """cuDNN's standard RNN algorithm (PyTorch's): per layer and direction, one GEMM for the inputs
+    of every step, then per step a recurrent GEMM and one fused pointwise kernel."""
+    steps = args[0].shape[1] if attrs.get("batch_first") else args[0].shape[0]
+    return _recurrent_layers(attrs) * (1 + 2 * steps)
+
+
+def _recurrent_layers(attrs: Mapping[str, object]) -> int:
+    """Layers times directions: how many recurrences run."""
+    return int(attrs.get("num_layers", 1)) * (2 if attrs.get("bidirectional") else 1)
+
+
 # ---- the vocabulary -----------------------------------------------------------------------------
 
 register(("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"), "conv", _conv)
@@ -201,3 +240,7 @@ register_aten(("index.Tensor", "_unsafe_index.Tensor"), "index_tensor", "movemen
 register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "movement", _zero)
 register_aten("unfold.default", "reshape", "view", _zero)
 register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)
+# TVM unrolls LSTM and GRU into a dozen nodes per time step (27,000 for sequencer2d_s), each charged
+# a kernel; PyTorch runs each layer as one cuDNN call, and the torch frontend keeps it one node.
+register_aten("lstm.input", "lstm", "matmul", _recurrent_flops(4), _recurrent_kernels)
+register_aten("gru.input", "gru", "matmul", _recurrent_flops(3), _recurrent_kernels)

@@ -10,6 +10,7 @@ learned model as a feature, and the analytical estimate scales the batch-1 graph
 from __future__ import annotations
 
 import csv
+import fnmatch
 import multiprocessing as mp
 import sys
 import time
@@ -51,6 +52,15 @@ def read_failures(path: Path) -> dict[str, str]:
         return {}
     with path.open(newline="") as fh:
         return {row["graph_key"]: row["reason"] for row in csv.DictReader(fh)}
+
+
+def forget(pattern: str, store: Path = DEFAULT_STORE) -> list[str]:
+    """Drop the stored graphs whose key (``source:model@size``) matches the glob ``pattern``."""
+    conn = GraphCache(store)._connection()
+    keys = sorted(row[0].removeprefix(store_key("")) for row in conn.execute("SELECT key FROM graphs"))
+    dropped = [k for k in keys if fnmatch.fnmatchcase(k, pattern)]
+    conn.executemany("DELETE FROM graphs WHERE key = ?", [(store_key(k),) for k in dropped])
+    return dropped
 
 
 def featurize(graph_keys: Iterable[str], store: Path = DEFAULT_STORE, jobs: int = 1,

@@ -152,3 +152,27 @@ def test_featurizing_never_materializes_weights():
     g = build_graph(model, (8192,), batch=1)
     assert g.param_count == 24 * (8192 * 8192 + 8192)
     assert all(p.device.type == "meta" for p in model.parameters())
+
+
+@pytest.mark.parametrize("layers,bidirectional", [(1, True), (2, False)])
+def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirectional):
+    """TVM would unroll every time step into elementwise nodes; PyTorch runs one cuDNN call."""
+    from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel
+    from dippm_nas.graph.ops import RECURRENT_POINTWISE_FLOPS
+    from dippm_nas.hardware import get_device
+
+    steps, batch, d_in, hidden = 20, 4, 32, 48
+    with torch.device("meta"):
+        lstm = nn.LSTM(d_in, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    graph = build_graph(lstm, (steps, d_in), batch=batch)
+    (node,) = [n for n in graph.nodes if n.kind == "lstm"]
+    assert len(graph.nodes) == 1 and not graph.warnings
+    dirs = 2 if bidirectional else 1
+    matmul = sum(2 * 4 * hidden * ((d_in if layer == 0 else dirs * hidden) + hidden)
+                 for layer in range(layers)) * dirs
+    pointwise = (RECURRENT_POINTWISE_FLOPS * 4 * hidden + hidden) * layers * dirs
+    assert node.flops == steps * batch * (matmul + pointwise)
+    assert node.attrs["kernels"] == layers * dirs * (1 + 2 * steps)
+    assert node.outputs[0].shape == (batch, steps, dirs * hidden)
+    cost, _ = AnalyticalCostModel().node_cost(node, get_device("rtx4090"), "fp32")
+    assert cost.time_ms >= node.attrs["kernels"] * KERNEL_OVERHEAD_US * 1e-3
