@@ -22,8 +22,14 @@ the library workspace.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost, register_cost_model
-from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
+from dippm_nas.graph import ops
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
 
 MIB = 2**20
@@ -41,8 +47,8 @@ CUDA_CONTEXT_MIB = 350.0
 #: default on Hopper; older GPUs use less (':4096:2:16:8', about 8 MiB), so this is an upper bound.
 CUBLAS_WORKSPACE_MIB = 32.0
 
-#: PyTorch's caching allocator rounds every block up to 512 bytes and reserves in 2 MiB pages.
-ALLOCATOR_BLOCK_BYTES = 512
+#: PyTorch's caching allocator reserves in 2 MiB pages (and rounds each block up to 512 bytes:
+#: :data:`dippm_nas.graph.table.ALLOCATOR_BLOCK_BYTES`).
 ALLOCATOR_PAGE_BYTES = 2 * MIB
 
 #: An idle data-centre GPU draws about 10-20 % of its TDP (an idle A100-SXM4 reads about 50-60 W of
@@ -51,32 +57,43 @@ IDLE_POWER_FRACTION = 0.15
 
 HALF_PRECISIONS = frozenset({"fp16", "bf16"})
 TENSOR_CORE_CATEGORIES = frozenset({"conv", "matmul", "attention"})
-
-
-#: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
-#: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
-TENSOR_CORE_CHANNEL_MULTIPLE = 8
-
-
-def _transposed_bytes(node: Node, precision: str, layout: str) -> int:
-    """Bytes the NCHW<->NHWC transposes around a half-precision tensor-core convolution move.
-
-    cuDNN's tensor-core kernels read and write NHWC; given NCHW tensors (PyTorch's default layout)
-    it transposes the input before the kernel and the output after it (nchwToNhwcKernel and
-    nhwcToNchwKernel in an Nsight profile). Each transpose reads and writes its tensor once. With
-    ``channels_last`` (``nhwc``) the tensors already are NHWC, and nothing is moved.
-    """
-    if layout != "nchw" or precision not in HALF_PRECISIONS or node.category != "conv" or not node.weights:
-        return 0
-    weight = node.weights[0].shape  # O, I/groups, *kernel
-    groups = int(node.attrs.get("groups", 1) or 1)
-    if len(weight) != 4 or weight[1] % TENSOR_CORE_CHANNEL_MULTIPLE or (weight[0] // groups) % TENSOR_CORE_CHANNEL_MULTIPLE:
-        return 0
-    return 2 * 2 * (node.inputs[0].numel + node.outputs[0].numel)  # read + write, 2 bytes per element
+_TENSOR_CORE = np.array([c in TENSOR_CORE_CATEGORIES for c in ops.CATEGORIES])
+#: What bounds an operator, as :class:`~dippm_nas.cost.base.NodeCost` names it.
+BOUNDS = ("compute", "memory", "overhead", "free")
 
 
 def _round_up(value: float, step: int) -> float:
     return -(-value // step) * step
+
+
+def peak_tflops(category: str, device: Device, precision: str) -> float:
+    """The peak of the unit that runs an operator of ``category`` at ``precision``."""
+    if category not in TENSOR_CORE_CATEGORIES:
+        return device.fp32_tflops
+    if precision == "fp32":
+        # cuDNN convolutions may use TF32 by default (torch.backends.cudnn.allow_tf32), cuBLAS
+        # matmuls may not (torch.backends.cuda.matmul.allow_tf32 is False).
+        if category == "conv" and device.tf32_tflops:
+            return device.tf32_tflops
+        return device.fp32_tflops
+    if precision == "tf32":
+        return device.tf32_tflops or device.fp32_tflops
+    return device.tensor_tflops(precision)
+
+
+@dataclass(frozen=True, eq=False)
+class Roofline:
+    """Per-operator seconds of one graph on one device, as arrays in graph order (views are 0)."""
+
+    time_s: np.ndarray
+    busy_s: np.ndarray  # the part of time_s the bounding unit works
+    moved: np.ndarray  # bytes read and written
+    bound: np.ndarray  # index into BOUNDS
+
+    def share(self, bound: str) -> float:
+        """The fraction of the latency spent in operators with this bound."""
+        total = float(self.time_s.sum()) or 1e-12
+        return float(self.time_s[self.bound == BOUNDS.index(bound)].sum()) / total
 
 
 class AnalyticalCostModel:
@@ -84,113 +101,77 @@ class AnalyticalCostModel:
 
     name = "analytical"
 
-    # -- per-operator ---------------------------------------------------------------------------
-    @staticmethod
-    def tensor_bytes(t: Tensor, precision: str) -> int:
-        """Autocast stores floating-point activations in half precision."""
-        if precision in HALF_PRECISIONS and t.dtype == "float32":
-            return t.numel * 2
-        return t.nbytes
-
-    @staticmethod
-    def peak_tflops(node: Node, device: Device, precision: str) -> float:
-        if node.category not in TENSOR_CORE_CATEGORIES:
-            return device.fp32_tflops
-        if precision == "fp32":
-            # cuDNN convolutions may use TF32 by default (torch.backends.cudnn.allow_tf32), cuBLAS
-            # matmuls may not (torch.backends.cuda.matmul.allow_tf32 is False).
-            if node.category == "conv" and device.tf32_tflops:
-                return device.tf32_tflops
-            return device.fp32_tflops
-        if precision == "tf32":
-            return device.tf32_tflops or device.fp32_tflops
-        return device.tensor_tflops(precision)
-
-    def node_cost(self, node: Node, device: Device, precision: str, layout: str = "nchw") -> tuple[NodeCost, float]:
-        """The operator's cost, and the fraction of its time its bounding unit is busy."""
-        if node.is_view:
-            return NodeCost(node.id, node.op, 0.0, node.flops, 0, "free"), 0.0
-        moved = sum(self.tensor_bytes(t, precision) for t in (*node.inputs, *node.outputs))
-        kernels = int(node.attrs.get("kernels", 1))  # most operators are one kernel; an LSTM says how many
-        if precision in HALF_PRECISIONS and node.category in TENSOR_CORE_CATEGORIES and node.weights:
+    def roofline(self, table: NodeTable, device: Device, precision: str, layout: str = "nchw") -> Roofline:
+        half = precision in HALF_PRECISIONS
+        tensor_core = _TENSOR_CORE[table.category]
+        moved = table.f32_numel * (2 if half else 4) + table.other_bytes  # autocast halves float32 activations
+        kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
+        if half:
             # Autocast casts each fp32 weight to half per forward: one more kernel that reads 4
             # bytes and writes 2 per element, and the operator then reads the 2-byte copy.
-            moved += sum(t.numel for t in node.weights) * (4 + 2 + 2)
-            kernels += 1
+            cast = tensor_core & table.has_weights
+            moved += np.where(cast, table.weight_numel * (4 + 2 + 2), table.weight_bytes)
+            kernels += cast
+            if layout == "nchw":
+                # cuDNN's tensor-core kernels read and write NHWC: given NCHW tensors (PyTorch's
+                # default) it transposes the input before and the output after the kernel
+                # (nchwToNhwcKernel and nhwcToNchwKernel in a profile), each reading and writing its
+                # tensor once. channels_last tensors are NHWC already.
+                transposed = table.aligned_conv_numel > 0
+                moved += table.aligned_conv_numel * 2 * 2
+                kernels += 2 * transposed
         else:
-            moved += node.weight_bytes
-        transposed = _transposed_bytes(node, precision, layout)
-        if transposed:
-            moved += transposed
-            kernels += 2
-        compute_s = node.flops / (self.peak_tflops(node, device, precision) * 1e12)
+            moved += table.weight_bytes
+        peaks = np.array([peak_tflops(c, device, precision) for c in ops.CATEGORIES]) * 1e12
+        compute_s = table.flops / peaks[table.category]
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
-        busy_s = max(compute_s, memory_s)
-        total_s = busy_s + overhead_s
-        bound = "overhead" if overhead_s > busy_s else ("compute" if compute_s >= memory_s else "memory")
-        return NodeCost(node.id, node.op, total_s * 1e3, node.flops, moved, bound), busy_s / total_s
+        busy_s = np.maximum(compute_s, memory_s)
+        view = table.is_view
+        bound = np.where(overhead_s > busy_s, 2, np.where(compute_s >= memory_s, 0, 1))
+        return Roofline(time_s=np.where(view, 0.0, busy_s + overhead_s), busy_s=np.where(view, 0.0, busy_s),
+                        moved=np.where(view, 0.0, moved), bound=np.where(view, 3, bound))
 
     # -- memory ---------------------------------------------------------------------------------
-    def peak_activations(self, graph: ModelGraph, precision: str) -> float:
+    def peak_activations(self, table: NodeTable, precision: str) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""
-        storage: dict[int, int] = {}  # node -> id of the node whose allocation its output is
-        size: dict[int, float] = {}
-        last_use: dict[int, int] = {}
-        for node in graph.nodes:
-            producers = graph.producers[node.id]
-            if node.is_view and len(producers) == 1:
-                storage[node.id] = storage[producers[0]]
-            else:
-                storage[node.id] = node.id
-                size[node.id] = sum(_round_up(self.tensor_bytes(t, precision), ALLOCATOR_BLOCK_BYTES)
-                                    for t in node.outputs)
-            for p in producers:
-                last_use[storage[p]] = node.id
-        for out in graph.outputs:
-            last_use[storage[out]] = len(graph.nodes)
-        inputs = sum(self.tensor_bytes(t, precision) for t in graph.inputs)
-        live = peak = inputs
-        frees: dict[int, list[int]] = {}
-        for owner, step in last_use.items():
-            frees.setdefault(step, []).append(owner)
-        for node in graph.nodes:
-            live += size.get(node.id, 0.0)
-            peak = max(peak, live)
-            for owner in frees.get(node.id, ()):
-                live -= size.get(owner, 0.0)
-            if node.id not in last_use and node.id in size:  # produced, never read
-                live -= size[node.id]
-        return peak
+        half = int(precision in HALF_PRECISIONS)
+        inputs = table.input_bytes[half]
+        if not len(table):
+            return inputs
+        owns = table.free_step >= 0
+        sizes = np.where(owns, table.alloc_bytes[:, half], 0.0)
+        freed = np.bincount(table.free_step[owns], weights=sizes[owns], minlength=len(table) + 1)[:len(table)]
+        live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
+        return max(inputs, float(live.max()))
 
-    def memory(self, graph: ModelGraph, precision: str) -> MemoryBreakdown:
-        weights = float(graph.param_bytes)
+    def memory(self, table: NodeTable, precision: str) -> MemoryBreakdown:
+        weights = float(table.param_bytes)
         if precision in HALF_PRECISIONS:
             # Autocast keeps the half-precision copies of the weights it cast for this forward.
-            weights += sum(t.numel * 2 for n in graph.nodes if n.category in TENSOR_CORE_CATEGORIES
-                           for t in n.weights)
-        activations = _round_up(self.peak_activations(graph, precision), ALLOCATOR_PAGE_BYTES)
+            weights += float(table.weight_numel[_TENSOR_CORE[table.category]].sum()) * 2
+        activations = _round_up(self.peak_activations(table, precision), ALLOCATOR_PAGE_BYTES)
         return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB)
 
     # -- the whole graph ------------------------------------------------------------------------
+    def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
+                  graph: ModelGraph | None = None) -> Estimate:
+        """Latency, energy and memory from a roofline; the per-operator costs when ``graph`` is given."""
+        idle_w = IDLE_POWER_FRACTION * device.tdp_w
+        energy = float((roofline.time_s * idle_w + roofline.busy_s * (device.tdp_w - idle_w)).sum())
+        memory = self.memory(table, precision)
+        nodes: tuple[NodeCost, ...] = ()
+        if graph is not None:
+            nodes = tuple(NodeCost(n.id, n.op, t * 1e3, n.flops, int(m), BOUNDS[b]) for n, t, m, b in
+                          zip(graph.nodes, roofline.time_s.tolist(), roofline.moved.tolist(), roofline.bound.tolist()))
+        return Estimate(latency_ms=float(roofline.time_s.sum()) * 1e3, energy_j=energy, memory_mib=memory.total_mib,
+                        cost_model=self.name, memory=memory, nodes=nodes)
+
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
         check_precision(precision)
         check_layout(layout)
-        idle_w = IDLE_POWER_FRACTION * device.tdp_w
-        costs, energy = [], 0.0
-        for node in graph.nodes:
-            cost, utilisation = self.node_cost(node, device, precision, layout)
-            costs.append(cost)
-            energy += cost.time_ms * 1e-3 * (idle_w + (device.tdp_w - idle_w) * utilisation)
-        memory = self.memory(graph, precision)
-        return Estimate(
-            latency_ms=sum(c.time_ms for c in costs),
-            energy_j=energy,
-            memory_mib=memory.total_mib,
-            cost_model=self.name,
-            memory=memory,
-            nodes=tuple(costs),
-        )
+        table = NodeTable.of(graph)
+        return self.summarize(table, self.roofline(table, device, precision, layout), device, precision, graph)
 
 
 register_cost_model("analytical", AnalyticalCostModel)

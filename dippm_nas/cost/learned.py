@@ -20,7 +20,7 @@ import torch
 from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate, register_cost_model
 from dippm_nas.cost.pmgns import PMGNS, TARGETS
-from dippm_nas.graph.batching import unscale_batch
+from dippm_nas.graph.table import NodeTable
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
 from dippm_nas.training.train import standardize
@@ -121,15 +121,15 @@ class PMGNSCostModel:
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
-        graph1 = unscale_batch(graph)
+        table = NodeTable.of(graph)  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_version}
-        feats, analytical = record_features(graph1, request, self.analytical, graph)
+        feats, analytical = record_features(table, request, self.analytical)
         raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)
         static = standardize(raw, self.card.static_mean, self.card.static_std)
-        x, edges = graph_tensors(graph1)
+        x, edges = graph_tensors(graph, table)
         x = standardize(x, self.card.node_mean, self.card.node_std)
-        with torch.no_grad():
+        with torch.inference_mode():
             out = self.model(x, edges, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
         ratio = math.exp(float(out[0]))
         seen = graph.family in self.card.families

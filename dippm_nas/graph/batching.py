@@ -1,4 +1,5 @@
-"""A graph at batch B from its graph at batch 1, without exporting again.
+"""A graph at batch B from its graph at batch 1, without exporting again (the inverse, a graph's
+per-sample values, is in :class:`dippm_nas.graph.table.NodeTable`).
 
 Every activation tensor of rank 2 or more carries the batch in its leading dimension (or folded
 into it, as ``B * heads``), so scaling that dimension by B scales each tensor's size by B; FLOPs of
@@ -35,16 +36,3 @@ def scale_batch(graph: ModelGraph, batch: int) -> ModelGraph:
         return graph
     nodes = tuple(_with(n, batch, _scaled) for n in graph.nodes)
     return replace(graph, batch=batch, nodes=nodes, inputs=tuple(_scaled(t, batch) for t in graph.inputs))
-
-
-def _unscaled(t: Tensor, factor: int) -> Tensor:
-    return Tensor((t.shape[0] // factor, *t.shape[1:]), t.dtype) if len(t.shape) >= 2 else t
-
-
-def unscale_batch(graph: ModelGraph) -> ModelGraph:
-    """The batch-1 graph of a graph exported at ``graph.batch``: the inverse of :func:`scale_batch`."""
-    factor = graph.batch
-    if factor == 1:
-        return graph
-    nodes = tuple(_with(n, factor, _unscaled) for n in graph.nodes)
-    return replace(graph, batch=1, nodes=nodes, inputs=tuple(_unscaled(t, factor) for t in graph.inputs))

@@ -1,4 +1,8 @@
-"""Features for learning: per-node vectors, per-graph static features, torch-geometric export."""
+"""Features for learning: per-node vectors, per-graph static features, torch-geometric export.
+
+Both are defined on one sample (the batch-1 graph) and read from a :class:`NodeTable`, which keeps the
+per-sample values of a graph at any batch: the batch enters the learned model as a feature.
+"""
 
 from __future__ import annotations
 
@@ -8,72 +12,39 @@ import numpy as np
 import torch
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import ModelGraph, Node
-
-MAX_RANK = 5
-_SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.table import MAX_RANK, SHAPE_COLUMNS, NodeTable
 
 
 def _log(value: float) -> float:
     return math.log1p(max(value, 0.0))
 
 
-def _pair(value: object, n: int = 2) -> list[float]:
-    items = list(value) if isinstance(value, tuple | list) else ([value] if value is not None else [])
-    items = [float(v) for v in items if isinstance(v, int | float)][:n]
-    return items + [0.0] * (n - len(items))
-
-
 def node_feature_names() -> list[str]:
     kinds = [f"kind={k}" for k in ops.vocabulary()]
     cats = [f"category={c}" for c in ops.CATEGORIES]
-    numeric = ["log_flops", "log_bytes_read", "log_bytes_written", "log_weight_bytes", "kernel_h",
-               "kernel_w", "log_groups", "n_inputs", "rank"]
-    attrs = [f"{a}_{i}" for a in _SPATIAL_ATTRS for i in range(2)]
+    counts = ["log_flops", "log_bytes_read", "log_bytes_written", "log_weight_bytes"]
     shape = [f"log_out_dim{i}" for i in range(MAX_RANK)]
-    return kinds + cats + numeric + attrs + shape
+    named = [("log_groups" if c == "groups" else c) for c in SHAPE_COLUMNS]
+    return kinds + cats + counts + named + shape
 
 
-#: Columns of the dense block that are counts of FLOPs, bytes or groups, fed as log(1 + x).
-_LOG_COLUMNS = (0, 1, 2, 3, 6)
-
-
-def _raw_dense(node: Node) -> list[float]:
-    """The dense features before their logs, in one pass over the node.
-
-    Prediction featurizes every graph it is given, so this loop is on PMGNS's critical path.
-    """
-    kernel = node.weights[0].shape[2:4] if node.category == "conv" and node.weights else ()
-    out = node.outputs[0].shape if node.outputs else ()
-    weight = sum(t.nbytes for t in node.weights)
-    attrs = node.attrs
-    row = [float(node.flops), float(sum(t.nbytes for t in node.inputs) + weight), float(sum(t.nbytes for t in node.outputs)),
-           float(weight), *_pair(tuple(kernel)), float(attrs.get("groups", 1) or 1), float(len(node.inputs)),
-           float(len(out))]
-    for name in _SPATIAL_ATTRS:
-        row += _pair(attrs.get(name))
-    tail = out[-MAX_RANK:]
-    return row + [float(d) for d in tail] + [0.0] * (MAX_RANK - len(tail))
-
-
-_CATEGORY_INDEX = {c: i for i, c in enumerate(ops.CATEGORIES)}
-
-
-def node_feature_matrix(graph: ModelGraph) -> torch.Tensor:
+def node_feature_matrix(table: NodeTable) -> torch.Tensor:
     """``[nodes, features]`` in the order of :func:`node_feature_names`: kind one-hot, category
-    one-hot, then the dense features. Built in numpy: tiny torch ops cost more than they compute."""
-    vocab = ops.vocabulary()
-    kinds = {k: i for i, k in enumerate(vocab)}
-    n_kinds, n_cats = len(vocab), len(ops.CATEGORIES)
-    n_dense = len(node_feature_names()) - n_kinds - n_cats
-    x = np.zeros((len(graph.nodes), n_kinds + n_cats + n_dense), dtype=np.float32)
-    if graph.nodes:
-        dense = np.array([_raw_dense(n) for n in graph.nodes], dtype=np.float64)
-        logs = [*_LOG_COLUMNS, *range(n_dense - MAX_RANK, n_dense)]
-        dense[:, logs] = np.log1p(np.maximum(dense[:, logs], 0.0))
-        rows = np.arange(len(graph.nodes))
-        x[rows, [kinds.get(n.kind, kinds["other"]) for n in graph.nodes]] = 1.0
-        x[rows, [n_kinds + _CATEGORY_INDEX[n.category] for n in graph.nodes]] = 1.0
+    one-hot, then the dense features, FLOPs, bytes, groups and dimensions as log(1 + x)."""
+    n_kinds, n_cats = len(ops.vocabulary()), len(ops.CATEGORIES)
+    n = len(table)
+    x = np.zeros((n, n_kinds + n_cats + 4 + len(SHAPE_COLUMNS) + MAX_RANK), dtype=np.float32)
+    if n:
+        rows = np.arange(n)
+        x[rows, table.kind] = 1.0
+        x[rows, n_kinds + table.category] = 1.0
+        counts = np.stack([table.flops1, table.read1 + table.weight_bytes, table.written1, table.weight_bytes], axis=1)
+        shape_attrs = table.shape_attrs.copy()
+        groups = SHAPE_COLUMNS.index("groups")
+        shape_attrs[:, groups] = np.log1p(np.maximum(shape_attrs[:, groups], 0.0))
+        dense = np.concatenate([np.log1p(np.maximum(counts, 0.0)), shape_attrs,
+                                np.log1p(np.maximum(table.out_dims1, 0.0))], axis=1)
         x[:, n_kinds + n_cats:] = dense
     return torch.from_numpy(x)
 
@@ -81,7 +52,7 @@ def node_feature_matrix(graph: ModelGraph) -> torch.Tensor:
 def edge_index(graph: ModelGraph) -> torch.Tensor:
     if not graph.edges:
         return torch.zeros((2, 0), dtype=torch.long)
-    return torch.tensor(graph.edges, dtype=torch.long).t().contiguous()
+    return torch.from_numpy(np.array(graph.edges, dtype=np.int64).T.copy())
 
 
 def static_feature_names() -> list[str]:
@@ -90,26 +61,29 @@ def static_feature_names() -> list[str]:
     return base + [f"count={k}" for k in ops.vocabulary()]
 
 
-def static_features(graph: ModelGraph) -> dict[str, float]:
-    """Per-graph features; DIPPM's five (MACs, batch, #conv, #dense, #relu) are among them."""
-    counts = graph.op_counts()
+_MAC_CATEGORIES = np.array([c in ("conv", "matmul", "attention") for c in ops.CATEGORIES])
+
+
+def static_features(table: NodeTable) -> dict[str, float]:
+    """Per-sample features of a graph; DIPPM's five (MACs, batch, #conv, #dense, #relu) are among them."""
     vocab = ops.vocabulary()
+    counts = np.bincount(table.kind, minlength=len(vocab))
+    category_counts = np.bincount(table.category, minlength=len(ops.CATEGORIES))
+    macs = float((table.flops1[_MAC_CATEGORIES[table.category]] // 2).sum())
     values = {
-        "batch": float(graph.batch),
-        "log_flops": _log(graph.flops),
-        "log_macs": _log(graph.macs),
-        "log_params": _log(graph.param_count),
-        "log_param_bytes": _log(graph.param_bytes),
-        "log_activation_bytes": _log(graph.activation_bytes),
-        "n_nodes": float(len(graph.nodes)),
-        "n_edges": float(len(graph.edges)),
-        "dippm_convs": float(sum(1 for n in graph.nodes if n.category == "conv")),
-        "dippm_dense": float(sum(1 for n in graph.nodes if n.category == "matmul")),
-        "dippm_relus": float(counts.get("relu", 0)),
+        "batch": float(table.batch),
+        "log_flops": _log(float(table.flops1.sum())),
+        "log_macs": _log(macs),
+        "log_params": _log(table.param_count),
+        "log_param_bytes": _log(table.param_bytes),
+        "log_activation_bytes": _log(float(table.written1[~table.is_view].sum())),
+        "n_nodes": float(len(table)),
+        "n_edges": float(table.n_edges),
+        "dippm_convs": float(category_counts[ops.CATEGORIES.index("conv")]),
+        "dippm_dense": float(category_counts[ops.CATEGORIES.index("matmul")]),
+        "dippm_relus": float(counts[vocab.index("relu")]),
     }
-    for kind in vocab:
-        values[f"count={kind}"] = float(counts.get(kind, 0)) if kind != "other" else float(
-            sum(c for k, c in counts.items() if k not in vocab or k == "other"))
+    values.update({f"count={kind}": float(c) for kind, c in zip(vocab, counts.tolist())})
     return values
 
 
@@ -117,5 +91,6 @@ def to_pyg(graph: ModelGraph):
     """A ``torch_geometric.data.Data`` with ``x``, ``edge_index`` and ``static`` (1 x F)."""
     from torch_geometric.data import Data
 
-    static = torch.tensor([list(static_features(graph).values())], dtype=torch.float32)
-    return Data(x=node_feature_matrix(graph), edge_index=edge_index(graph), static=static, num_nodes=len(graph.nodes))
+    table = NodeTable.of(graph)
+    static = torch.tensor([list(static_features(table).values())], dtype=torch.float32)
+    return Data(x=node_feature_matrix(table), edge_index=edge_index(graph), static=static, num_nodes=len(graph.nodes))

@@ -19,11 +19,12 @@ from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.features import edge_index, node_feature_matrix, static_features
 from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
 from dippm_nas.training.featurize import DEFAULT_STORE, store_key
 from dippm_nas.training.records import Record
 
-BOUNDS = ("compute", "memory", "overhead")
+TIME_SHARES = ("compute", "memory", "overhead")
 
 
 def device_features(device: Device, precision: str) -> dict[str, float]:
@@ -46,34 +47,32 @@ def _torch_version(text: str) -> float:
         return 0.0
 
 
-def record_features(graph1: ModelGraph, record_like: dict, analytical: AnalyticalCostModel,
-                    graph: ModelGraph | None = None) -> tuple[dict[str, float], Estimate]:
-    """Static features of one configuration and its analytical estimate.
+def record_features(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> tuple[dict[str, float], Estimate]:
+    """Static features of one configuration and its analytical estimate (without per-operator costs).
 
-    ``record_like`` needs batch, device, precision, layout and torch: a Record or a prediction
-    request alike. ``graph`` is the graph at that batch when the caller has it already."""
+    ``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device,
+    precision, layout and torch: a Record or a prediction request alike."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
-    graph = graph if graph is not None else scale_batch(graph1, record_like["batch"])
-    estimate = analytical.estimate(graph, device, precision, record_like["layout"])
-    total = estimate.latency_ms or 1e-9
+    roofline = analytical.roofline(table, device, precision, record_like["layout"])
+    estimate = analytical.summarize(table, roofline, device, precision)
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
-             for k, v in static_features(graph1).items()}
+             for k, v in static_features(table).items()}
     feats["batch"] = math.log(record_like["batch"])
     feats.update(device_features(device, precision))
     for p in PRECISIONS:
         feats[f"precision={p}"] = float(precision == p)
     feats["layout_nhwc"] = float(record_like["layout"] == "nhwc")
     feats["torch_version"] = _torch_version(record_like["torch"])
-    for bound in BOUNDS:
-        feats[f"time_share_{bound}"] = sum(c.time_ms for c in estimate.nodes if c.bound == bound) / total
+    for bound in TIME_SHARES:
+        feats[f"time_share_{bound}"] = roofline.share(bound)
     for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, estimate.memory_mib)):
         feats[f"log_analytical_{name}"] = math.log(value)
     return feats, estimate
 
 
-def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
-    return node_feature_matrix(graph), edge_index(graph)
+def graph_tensors(graph: ModelGraph, table: NodeTable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return node_feature_matrix(table if table is not None else NodeTable.of(graph)), edge_index(graph)
 
 
 @dataclass
@@ -119,7 +118,7 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     statics, estimates = [], []
     names: list[str] = []
     for r in tqdm(kept, desc="analytical estimates", unit="record", file=sys.stderr):
-        feats, est = record_features(graphs[r.graph_key], asdict(r), analytical)
+        feats, est = record_features(NodeTable.of(scale_batch(graphs[r.graph_key], r.batch)), asdict(r), analytical)
         names = names or list(feats)
         statics.append([feats[n] for n in names])
         estimates.append([est.latency_ms, est.energy_j, est.memory_mib])

@@ -8,6 +8,7 @@ from torch import nn
 
 from dippm_nas import build_graph, mig_table, predict_graph
 from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.graph.table import NodeTable
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,8 @@ def test_peak_activations_follow_liveness():
 
     model = AnalyticalCostModel()
     elems = 1024 * 1024
-    chain = model.peak_activations(build_graph(Chain(), (elems,), batch=1), "fp32")
-    skip = model.peak_activations(build_graph(Skip(), (elems,), batch=1), "fp32")
+    chain = model.peak_activations(NodeTable.of(build_graph(Chain(), (elems,), batch=1)), "fp32")
+    skip = model.peak_activations(NodeTable.of(build_graph(Skip(), (elems,), batch=1)), "fp32")
     assert chain == 3 * elems * 4  # input + the tensor being read + the one being written
     assert skip > chain
 

@@ -12,6 +12,7 @@ from torch import nn
 from dippm_nas import TensorSpec, build_graph
 from dippm_nas.graph.features import node_feature_names, static_features, to_pyg
 from dippm_nas.graph.signature import graph_signature
+from dippm_nas.graph.table import NodeTable
 
 
 def test_small_cnn_nodes_edges_flops_params(small_cnn):
@@ -140,7 +141,7 @@ def test_pyg_export(small_cnn):
     data = to_pyg(g)
     assert data.x.shape == (len(g.nodes), len(node_feature_names()))
     assert data.edge_index.shape == (2, len(g.edges))
-    feats = static_features(g)
+    feats = static_features(NodeTable.of(g))
     assert feats["batch"] == 4 and feats["dippm_convs"] == 2 and feats["dippm_dense"] == 1
     assert data.static.shape == (1, len(feats))
 
@@ -174,5 +175,5 @@ def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirec
     assert node.flops == steps * batch * (matmul + pointwise)
     assert node.attrs["kernels"] == layers * dirs * (1 + 2 * steps)
     assert node.outputs[0].shape == (batch, steps, dirs * hidden)
-    cost, _ = AnalyticalCostModel().node_cost(node, get_device("rtx4090"), "fp32")
+    (cost,) = AnalyticalCostModel().estimate(graph, get_device("rtx4090"), "fp32").nodes
     assert cost.time_ms >= node.attrs["kernels"] * KERNEL_OVERHEAD_US * 1e-3

@@ -1,0 +1,190 @@
+"""A graph as columns: every per-operator number the learned features and the analytical model read,
+taken in one pass over the operators.
+
+PMGNS has to predict in a few milliseconds once the graph exists; walking the operators in Python
+once per consumer (batch-1 copy, node features, roofline, liveness) cost most of that. This pass is the
+one Python loop on the path; everything after it is numpy over its columns. It reads the graph at its
+own batch B and also keeps the per-sample (batch-1) values the features are defined on: every
+activation of rank two or more has B times the elements of its sample, and FLOPs are B times a
+sample's (the inverse of :func:`dippm_nas.graph.batching.scale_batch`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from dippm_nas.graph import ops
+from dippm_nas.graph.model_graph import DTYPE_BYTES, ModelGraph, Node
+
+MAX_RANK = 5
+SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
+#: Operator attributes as numbers: kernel height and width, groups, number of inputs, output rank,
+#: then the first two values of each spatial attribute.
+SHAPE_COLUMNS = ("kernel_h", "kernel_w", "groups", "n_inputs", "rank",
+                 *(f"{a}_{i}" for a in SPATIAL_ATTRS for i in range(2)))
+
+#: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
+#: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
+TENSOR_CORE_CHANNEL_MULTIPLE = 8
+#: PyTorch's caching allocator rounds every block up to 512 bytes.
+ALLOCATOR_BLOCK_BYTES = 512
+
+
+@cache
+def _indices() -> tuple[dict[str, int], dict[str, int]]:
+    return {k: i for i, k in enumerate(ops.vocabulary())}, {c: i for i, c in enumerate(ops.CATEGORIES)}
+
+
+def _pair(value: object) -> tuple[float, float]:
+    if value is None:
+        return 0.0, 0.0
+    items = [float(v) for v in (value if isinstance(value, tuple | list) else (value,)) if isinstance(v, int | float)]
+    items += [0.0, 0.0]
+    return items[0], items[1]
+
+
+def _per_sample(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
+    """The shape for one sample: the first dimension that the batch divides, divided by it.
+
+    The batch leads almost always; attention's (3, B, heads, N, d) after the qkv split does not."""
+    k = next((i for i, d in enumerate(shape) if d % batch == 0), 0)
+    return (*shape[:k], shape[k] // batch, *shape[k + 1:])
+
+
+def _aligned_conv(node: Node) -> bool:
+    """A 2-D convolution (``node`` is one) whose channels per group suit cuDNN's tensor-core (NHWC) kernels."""
+    if not node.weights or len(node.weights[0].shape) != 4:
+        return False
+    out_channels, in_per_group = node.weights[0].shape[:2]
+    groups = int(node.attrs.get("groups", 1) or 1)
+    return not (in_per_group % TENSOR_CORE_CHANNEL_MULTIPLE or (out_channels // groups) % TENSOR_CORE_CHANNEL_MULTIPLE)
+
+
+@dataclass(frozen=True, eq=False)
+class NodeTable:
+    """Columns over the operators, in graph order (views included). Byte counts of activations
+    are kept apart by dtype because autocast halves float32 activations and nothing else."""
+
+    batch: int
+    kind: np.ndarray  # index into ops.vocabulary()
+    category: np.ndarray  # index into ops.CATEGORIES
+    is_view: np.ndarray
+    flops: np.ndarray  # at the graph's batch
+    f32_numel: np.ndarray  # float32 activations read and written
+    other_bytes: np.ndarray  # activations of other dtypes read and written
+    weight_numel: np.ndarray
+    weight_bytes: np.ndarray
+    has_weights: np.ndarray
+    aligned_conv_numel: np.ndarray  # input + output elements of a tensor-core-aligned 2-D convolution, else 0
+    kernels: np.ndarray
+    alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs, float32 kept / halved
+    free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
+    input_bytes: tuple[float, float]  # the model's inputs, float32 kept / halved
+    # per sample (the batch-1 graph):
+    flops1: np.ndarray
+    read1: np.ndarray  # activation bytes read
+    written1: np.ndarray
+    out_dims1: np.ndarray  # [n, MAX_RANK]: the last MAX_RANK dimensions of the first output
+    shape_attrs: np.ndarray  # [n, len(SHAPE_COLUMNS)], batch-free
+    n_edges: int
+    param_count: int
+    param_bytes: int
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @classmethod
+    def of(cls, graph: ModelGraph) -> NodeTable:
+        kinds, categories = _indices()
+        other_kind = kinds["other"]
+        batch = max(graph.batch, 1)
+        rows: list[tuple] = []  # one per operator: the columns below, in the order cls() reads them
+        pad = (0,) * MAX_RANK
+        no_spatial = [0.0] * (2 * len(SPATIAL_ATTRS))
+        for node in graph.nodes:
+            f32 = other = read1 = written1 = 0
+            for t in node.inputs:
+                shape = t.shape
+                count = math.prod(shape)
+                if t.dtype == "float32":
+                    f32 += count
+                    size = 4
+                else:
+                    size = DTYPE_BYTES.get(t.dtype, 4)
+                    other += count * size
+                read1 += (count // batch if len(shape) >= 2 else count) * size
+            block_full = block_half = 0
+            for t in node.outputs:
+                shape = t.shape
+                count = math.prod(shape)
+                if t.dtype == "float32":
+                    f32 += count
+                    size, half = 4, count * 2
+                else:
+                    size = DTYPE_BYTES.get(t.dtype, 4)
+                    other += count * size
+                    half = count * size
+                full = count * size
+                block_full += -(-full // ALLOCATOR_BLOCK_BYTES) * ALLOCATOR_BLOCK_BYTES
+                block_half += -(-half // ALLOCATOR_BLOCK_BYTES) * ALLOCATOR_BLOCK_BYTES
+                written1 += (count // batch if len(shape) >= 2 else count) * size
+            w_numel = w_bytes = 0
+            for t in node.weights:
+                count = math.prod(t.shape)
+                w_numel += count
+                w_bytes += count * DTYPE_BYTES.get(t.dtype, 4)
+            attrs = node.attrs
+            conv = node.category == "conv"
+            out = node.outputs[0].shape if node.outputs else ()
+            if len(out) >= 2 and batch > 1:
+                out = (out[0] // batch, *out[1:]) if out[0] % batch == 0 else _per_sample(out, batch)
+            kernel = (*node.weights[0].shape[2:4], 0, 0)[:2] if conv and node.weights else (0, 0)
+            spatial = no_spatial
+            if not attrs.keys().isdisjoint(SPATIAL_ATTRS):
+                spatial = [v for name in SPATIAL_ATTRS for v in _pair(attrs.get(name))]
+            rows.append((
+                kinds.get(node.kind, other_kind), categories[node.category], node.category == "view",
+                bool(node.weights), attrs.get("kernels", 1),
+                node.inputs[0].numel + node.outputs[0].numel if conv and _aligned_conv(node) else 0,
+                node.flops, f32, other, w_numel, w_bytes, block_full, block_half,
+                node.flops // batch, read1, written1, *(*out[-MAX_RANK:], *pad)[:MAX_RANK],
+                *kernel, float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial,
+            ))
+        inputs_full = inputs_half = 0
+        for t in graph.inputs:
+            inputs_full += t.nbytes
+            inputs_half += t.numel * 2 if t.dtype == "float32" else t.nbytes
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), 16 + MAX_RANK + len(SHAPE_COLUMNS))
+        ints = table[:, :6].astype(np.int64)
+        return cls(
+            batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
+            has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
+            flops=table[:, 6], f32_numel=table[:, 7], other_bytes=table[:, 8], weight_numel=table[:, 9],
+            weight_bytes=table[:, 10], alloc_bytes=table[:, 11:13], free_step=_free_steps(graph),
+            input_bytes=(float(inputs_full), float(inputs_half)), flops1=table[:, 13], read1=table[:, 14],
+            written1=table[:, 15], out_dims1=table[:, 16:16 + MAX_RANK], shape_attrs=table[:, 16 + MAX_RANK:],
+            n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
+        )
+
+def _free_steps(graph: ModelGraph) -> np.ndarray:
+    """Liveness as PyTorch eager sees it: a view shares its input's allocation; an allocation is freed
+    after the last operator that reads it (or any view of it), outputs of the model at the end, and
+    one nobody reads right after it is written. -1 marks a node without an allocation of its own."""
+    n = len(graph.nodes)
+    owner = list(range(n))
+    last_use = list(range(n))  # never read: freed at its own step
+    producers = graph.producers
+    for node in graph.nodes:
+        ps = producers[node.id]
+        if node.category == "view" and len(ps) == 1:
+            owner[node.id] = owner[ps[0]]
+            last_use[node.id] = -1
+        for p in ps:
+            last_use[owner[p]] = node.id
+    for out in graph.outputs:
+        last_use[owner[out]] = n
+    return np.array(last_use, dtype=np.int64)
