@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +36,8 @@ class NotCovered(LookupError):
 class Card:
     config: dict
     static_features: list[str]
-    static_mean: np.ndarray
-    static_std: np.ndarray
+    static_mean: torch.Tensor
+    static_std: torch.Tensor
     node_mean: torch.Tensor
     node_std: torch.Tensor
     devices: tuple[str, ...]
@@ -80,7 +80,7 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
     model = PMGNS(raw["node_dim"], len(raw["static_features"]), conv=raw["config"]["conv"], hidden=raw["config"]["hidden"])
     model.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
     model.eval()
-    card = Card(raw["config"], raw["static_features"], np.array(raw["static_mean"]), np.array(raw["static_std"]),
+    card = Card(raw["config"], raw["static_features"], torch.tensor(raw["static_mean"]), torch.tensor(raw["static_std"]),
                 torch.tensor(raw["node_mean"]), torch.tensor(raw["node_std"]), tuple(raw["devices"]),
                 tuple(raw["precisions"]), frozenset(raw["families"]), tuple(raw["targets"]), raw["torch_version"], raw)
     return model, card
@@ -97,15 +97,18 @@ class PMGNSCostModel:
         self.path = path
         self.analytical = AnalyticalCostModel()
 
-    @property
-    def card(self) -> Card:
-        if not available(self.path):
+    def _loaded(self) -> tuple[PMGNS, Card]:
+        if not available(self.path):  # a stat per call: checked once, then the loaded model is kept
             raise NotCovered(f"no trained PMGNS weights at {self.path}.safetensors (run `dippm-nas train`)")
-        return load(self.path)[1]
+        return load(self.path)
 
-    @property
+    @cached_property
+    def card(self) -> Card:
+        return self._loaded()[1]
+
+    @cached_property
     def model(self) -> PMGNS:
-        return load(self.path)[0]
+        return self._loaded()[0]
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not."""

@@ -81,6 +81,8 @@ class PMGNS(nn.Module):
         h = x
         for conv, norm in zip(self.convs, self.norms):
             h = torch.relu(norm(conv(h, edge_index)))
+        if graphs == 1:  # a prediction: the same pooling without the scatter
+            return torch.cat([h.mean(0, keepdim=True), h.amax(0, keepdim=True)], dim=1)
         return torch.cat([global_mean_pool(h, batch, graphs), global_max_pool(h, batch, graphs)], dim=1)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, graph_of: torch.Tensor,

@@ -40,6 +40,9 @@ def _indices() -> tuple[dict[str, int], dict[str, int]]:
 
 
 def _pair(value: object) -> tuple[float, float]:
+    """The first two numbers of an attribute (strides, padding, ...), zeros where it has fewer."""
+    if type(value) is tuple and len(value) >= 2 and type(value[0]) is int and type(value[1]) is int:
+        return value[0], value[1]  # the usual case, e.g. strides (2, 2)
     if value is None:
         return 0.0, 0.0
     items = [float(v) for v in (value if isinstance(value, tuple | list) else (value,)) if isinstance(v, int | float)]
@@ -55,13 +58,17 @@ def _per_sample(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
     return (*shape[:k], shape[k] // batch, *shape[k + 1:])
 
 
-def _aligned_conv(node: Node) -> bool:
-    """A 2-D convolution (``node`` is one) whose channels per group suit cuDNN's tensor-core (NHWC) kernels."""
-    if not node.weights or len(node.weights[0].shape) != 4:
-        return False
-    out_channels, in_per_group = node.weights[0].shape[:2]
-    groups = int(node.attrs.get("groups", 1) or 1)
-    return not (in_per_group % TENSOR_CORE_CHANNEL_MULTIPLE or (out_channels // groups) % TENSOR_CORE_CHANNEL_MULTIPLE)
+def _aligned_numel(conv: Node) -> int:
+    """Input plus output elements of a 2-D convolution whose channels per group suit cuDNN's
+    tensor-core (NHWC) kernels, else 0 (it runs on the CUDA cores in either layout)."""
+    weight = conv.weights[0].shape
+    if len(weight) != 4:
+        return 0
+    out_channels, in_per_group = weight[:2]
+    groups = int(conv.attrs.get("groups", 1) or 1)
+    if in_per_group % TENSOR_CORE_CHANNEL_MULTIPLE or (out_channels // groups) % TENSOR_CORE_CHANNEL_MULTIPLE:
+        return 0
+    return conv.inputs[0].numel + conv.outputs[0].numel
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,57 +110,53 @@ class NodeTable:
         other_kind = kinds["other"]
         batch = max(graph.batch, 1)
         rows: list[tuple] = []  # one per operator: the columns below, in the order cls() reads them
+        add, prod, dtype_size, block = rows.append, math.prod, DTYPE_BYTES.get, ALLOCATOR_BLOCK_BYTES
         pad = (0,) * MAX_RANK
-        no_spatial = [0.0] * (2 * len(SPATIAL_ATTRS))
+        no_spatial = (0.0,) * (2 * len(SPATIAL_ATTRS))
         for node in graph.nodes:
-            f32 = other = read1 = written1 = 0
+            f32 = other = read1 = written1 = block_full = block_half = w_numel = w_bytes = 0
             for t in node.inputs:
-                shape = t.shape
-                count = math.prod(shape)
+                count = prod(t.shape)
                 if t.dtype == "float32":
                     f32 += count
-                    size = 4
+                    read1 += (count // batch if len(t.shape) >= 2 else count) * 4
                 else:
-                    size = DTYPE_BYTES.get(t.dtype, 4)
+                    size = dtype_size(t.dtype, 4)
                     other += count * size
-                read1 += (count // batch if len(shape) >= 2 else count) * size
-            block_full = block_half = 0
+                    read1 += (count // batch if len(t.shape) >= 2 else count) * size
             for t in node.outputs:
-                shape = t.shape
-                count = math.prod(shape)
+                count = prod(t.shape)
                 if t.dtype == "float32":
                     f32 += count
                     size, half = 4, count * 2
                 else:
-                    size = DTYPE_BYTES.get(t.dtype, 4)
+                    size = dtype_size(t.dtype, 4)
                     other += count * size
                     half = count * size
-                full = count * size
-                block_full += -(-full // ALLOCATOR_BLOCK_BYTES) * ALLOCATOR_BLOCK_BYTES
-                block_half += -(-half // ALLOCATOR_BLOCK_BYTES) * ALLOCATOR_BLOCK_BYTES
-                written1 += (count // batch if len(shape) >= 2 else count) * size
-            w_numel = w_bytes = 0
+                block_full += -(-count * size // block) * block
+                block_half += -(-half // block) * block
+                written1 += (count // batch if len(t.shape) >= 2 else count) * size
             for t in node.weights:
-                count = math.prod(t.shape)
+                count = prod(t.shape)
                 w_numel += count
-                w_bytes += count * DTYPE_BYTES.get(t.dtype, 4)
+                w_bytes += count * dtype_size(t.dtype, 4)
             attrs = node.attrs
-            conv = node.category == "conv"
+            category = node.category
             out = node.outputs[0].shape if node.outputs else ()
-            if len(out) >= 2 and batch > 1:
+            if batch > 1 and len(out) >= 2:
                 out = (out[0] // batch, *out[1:]) if out[0] % batch == 0 else _per_sample(out, batch)
-            kernel = (*node.weights[0].shape[2:4], 0, 0)[:2] if conv and node.weights else (0, 0)
+            tail = out[-MAX_RANK:]
+            conv = category == "conv" and bool(node.weights)
             spatial = no_spatial
             if not attrs.keys().isdisjoint(SPATIAL_ATTRS):
-                spatial = [v for name in SPATIAL_ATTRS for v in _pair(attrs.get(name))]
-            rows.append((
-                kinds.get(node.kind, other_kind), categories[node.category], node.category == "view",
-                bool(node.weights), attrs.get("kernels", 1),
-                node.inputs[0].numel + node.outputs[0].numel if conv and _aligned_conv(node) else 0,
-                node.flops, f32, other, w_numel, w_bytes, block_full, block_half,
-                node.flops // batch, read1, written1, *(*out[-MAX_RANK:], *pad)[:MAX_RANK],
-                *kernel, float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial,
-            ))
+                strides, dilation, padding, pool_size = (_pair(attrs.get(name)) for name in SPATIAL_ATTRS)
+                spatial = (*strides, *dilation, *padding, *pool_size)
+            add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
+                 attrs.get("kernels", 1), _aligned_numel(node) if conv else 0,
+                 node.flops, f32, other, w_numel, w_bytes, block_full, block_half,
+                 node.flops // batch, read1, written1, *tail, *pad[len(tail):],
+                 *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
+                 float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial))
         inputs_full = inputs_half = 0
         for t in graph.inputs:
             inputs_full += t.nbytes
