@@ -15,9 +15,11 @@ memory bandwidth and :math:`k_i` the number of kernels it launches. Views (resha
 slicing) are free, as in PyTorch eager. Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
 u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. A tensor-core
 convolution on NCHW activations at half precision also pays the two transposes cuDNN runs around it.
-Memory is the CUDA
-context, the weights, the peak of the live activations over the operators in execution order, and
-the library workspace.
+Memory is the CUDA context, the weights, the peak of the live activations over the operators in
+execution order, and the library workspace.
+
+Everything is computed over the columns of a :class:`~dippm_nas.graph.table.NodeTable` (one pass over
+the operators), so the learned model, which needs this estimate for every prediction, stays fast.
 """
 
 from __future__ import annotations
