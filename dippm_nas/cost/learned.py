@@ -20,6 +20,7 @@ import torch
 from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate, register_cost_model
 from dippm_nas.cost.pmgns import PMGNS, TARGETS
+from dippm_nas.graph.features import adjacency, node_feature_matrix
 from dippm_nas.graph.table import NodeTable
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
@@ -119,7 +120,7 @@ class PMGNSCostModel:
         return None
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
-        from dippm_nas.training.dataset import graph_tensors, record_features
+        from dippm_nas.training.dataset import record_features
 
         reason = self.covers(device, precision)
         if reason:
@@ -130,10 +131,9 @@ class PMGNSCostModel:
         feats, analytical = record_features(table, request, self.analytical)
         raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)
         static = standardize(raw, self.card.static_mean, self.card.static_std)
-        x, edges = graph_tensors(graph, table)
-        x = standardize(x, self.card.node_mean, self.card.node_std)
+        x = standardize(node_feature_matrix(table), self.card.node_mean, self.card.node_std)
         with torch.inference_mode():
-            out = self.model(x, edges, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
+            out = self.model(x, adjacency(graph), torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
         ratio = math.exp(float(out[0]))
         seen = graph.family in self.card.families
         return Estimate(

@@ -55,6 +55,16 @@ def edge_index(graph: ModelGraph) -> torch.Tensor:
     return torch.from_numpy(np.array(graph.edges, dtype=np.int64).T.copy())
 
 
+def adjacency(graph: ModelGraph) -> torch.Tensor:
+    """Who feeds whom as a sparse CSR matrix (row: consumer): torch-geometric's convolutions accept
+    it in place of ``edge_index`` and aggregate with one sparse product instead of a scatter, which
+    is what one prediction wants."""
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    n = len(graph.nodes)
+    return to_torch_csr_tensor(edge_index(graph).flip(0), size=(n, n))
+
+
 def static_feature_names() -> list[str]:
     base = ["batch", "log_flops", "log_macs", "log_params", "log_param_bytes", "log_activation_bytes",
             "n_nodes", "n_edges", "dippm_convs", "dippm_dense", "dippm_relus"]

@@ -177,3 +177,20 @@ def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirec
     assert node.outputs[0].shape == (batch, steps, dirs * hidden)
     (cost,) = AnalyticalCostModel().estimate(graph, get_device("rtx4090"), "fp32").nodes
     assert cost.time_ms >= node.attrs["kernels"] * KERNEL_OVERHEAD_US * 1e-3
+
+
+@pytest.mark.parametrize("conv", ["sage", "gcn", "gat", "gin"])
+def test_adjacency_and_edge_index_give_the_same_pmgns_output(small_cnn, conv):
+    """Training batches graphs through edge_index; one prediction uses the sparse adjacency."""
+    from dippm_nas.cost.pmgns import PMGNS
+    from dippm_nas.graph.features import adjacency, edge_index, node_feature_matrix
+
+    torch.manual_seed(0)
+    g = build_graph(small_cnn, (3, 8, 8), batch=2)
+    x = node_feature_matrix(NodeTable.of(g))
+    model = PMGNS(x.shape[1], 4, conv=conv, hidden=16).eval()
+    nodes, graphs, static = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), torch.randn(1, 4)
+    with torch.inference_mode():
+        a = model(x, edge_index(g), nodes, graphs, static)
+        b = model(x, adjacency(g), nodes, graphs, static)
+    assert torch.allclose(a, b, atol=1e-5)
