@@ -172,7 +172,7 @@ class AnalyticalCostModel:
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
         check_precision(precision)
         check_layout(layout)
-        table = NodeTable.of(graph)
+        table = graph.table
         return self.summarize(table, self.roofline(table, device, precision, layout), device, precision, graph)
 
 

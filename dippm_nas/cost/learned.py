@@ -21,7 +21,6 @@ from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate, register_cost_model
 from dippm_nas.cost.pmgns import PMGNS, TARGETS
 from dippm_nas.graph.features import adjacency, node_feature_matrix
-from dippm_nas.graph.table import NodeTable
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
 from dippm_nas.training.train import standardize
@@ -125,7 +124,7 @@ class PMGNSCostModel:
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
-        table = NodeTable.of(graph)  # its per-sample columns are the batch-1 graph's
+        table = graph.table  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_version}
         feats, analytical = record_features(table, request, self.analytical)

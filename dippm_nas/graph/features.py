@@ -101,6 +101,6 @@ def to_pyg(graph: ModelGraph):
     """A ``torch_geometric.data.Data`` with ``x``, ``edge_index`` and ``static`` (1 x F)."""
     from torch_geometric.data import Data
 
-    table = NodeTable.of(graph)
+    table = graph.table
     static = torch.tensor([list(static_features(table).values())], dtype=torch.float32)
     return Data(x=node_feature_matrix(table), edge_index=edge_index(graph), static=static, num_nodes=len(graph.nodes))

@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dippm_nas.graph.table import NodeTable
 
 Shape = tuple[int, ...]
 
@@ -135,6 +139,14 @@ class ModelGraph:
         for src, dst in self.edges:
             out[dst].append(src)
         return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def table(self) -> NodeTable:
+        """The operators' numbers as columns, computed once per graph: every MIG slice, device and
+        precision a graph is predicted for reads the same table."""
+        from dippm_nas.graph.table import NodeTable
+
+        return NodeTable.of(self)
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

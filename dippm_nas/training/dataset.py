@@ -71,8 +71,8 @@ def record_features(table: NodeTable, record_like: dict, analytical: AnalyticalC
     return feats, estimate
 
 
-def graph_tensors(graph: ModelGraph, table: NodeTable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return node_feature_matrix(table if table is not None else NodeTable.of(graph)), edge_index(graph)
+def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    return node_feature_matrix(graph.table), edge_index(graph)
 
 
 @dataclass
@@ -118,7 +118,7 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     statics, estimates = [], []
     names: list[str] = []
     for r in tqdm(kept, desc="analytical estimates", unit="record", file=sys.stderr):
-        feats, est = record_features(NodeTable.of(scale_batch(graphs[r.graph_key], r.batch)), asdict(r), analytical)
+        feats, est = record_features(scale_batch(graphs[r.graph_key], r.batch).table, asdict(r), analytical)
         names = names or list(feats)
         statics.append([feats[n] for n in names])
         estimates.append([est.latency_ms, est.energy_j, est.memory_mib])
