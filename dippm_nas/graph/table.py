@@ -36,6 +36,7 @@ ALLOCATOR_BLOCK_BYTES = 512
 
 @cache
 def _indices() -> tuple[dict[str, int], dict[str, int]]:
+    """One-hot positions of kinds and categories; operators register at import, so they are fixed."""
     return {k: i for i, k in enumerate(ops.vocabulary())}, {c: i for i, c in enumerate(ops.CATEGORIES)}
 
 
