@@ -41,6 +41,17 @@ def _erfc(bb: relax.BlockBuilder, inputs: list[relax.Expr], attrs: dict) -> rela
 #: ONNX operators TVM's frontend lacks but that are plain compositions of ones it has.
 #: tf2onnx writes Keras' exact GELU with Erfc.
 EXTRA_CONVERTERS = {"Erfc": _erfc}
+#: Kept whole, with the attributes their cost rules read (:mod:`dippm_nas.graph.ops`), as the torch
+#: frontend keeps aten.lstm: one cuDNN call, not a node per time step. Keras and Paddle LSTMs reach
+#: us as these.
+_RECURRENT = {"LSTM", "GRU"}
+
+
+def _recurrent_attrs(attrs: dict) -> dict[str, object]:
+    direction = attrs.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    return {"hidden_size": int(attrs["hidden_size"]), "num_layers": 1,
+            "bidirectional": direction == "bidirectional", "batch_first": int(attrs.get("layout", 0)) == 1}
 _DIRECTLY_HANDLED = {"If", "Constant"}
 
 
@@ -59,10 +70,12 @@ class _TolerantImporter(ONNXGraphImporter):
         self.fallbacks: list[str] = []
 
     def _check_for_unsupported_ops(self, graph: onnx.GraphProto) -> None:
-        known = set(_get_convert_map()) | set(EXTRA_CONVERTERS) | _DIRECTLY_HANDLED
+        known = set(_get_convert_map()) | set(EXTRA_CONVERTERS) | _RECURRENT | _DIRECTLY_HANDLED
         self.unknown = {node.op_type for node in graph.node if node.op_type not in known}
 
     def _convert_operator(self, op_name: str, inputs: list, attrs: dict, opset: int) -> relax.Expr:
+        if op_name in _RECURRENT:
+            return self._generic(op_name, inputs, attrs, _recurrent_attrs(attrs))
         if op_name in EXTRA_CONVERTERS:
             return self.bb.normalize(EXTRA_CONVERTERS[op_name](self.bb, inputs, attrs))
         if op_name not in self.unknown:
@@ -70,10 +83,16 @@ class _TolerantImporter(ONNXGraphImporter):
                 return super()._convert_operator(op_name, inputs, attrs, opset)
             except Exception as exc:  # TVM raises type, value and assertion errors alike
                 self.fallbacks.append(f"{op_name} ({one_line(exc, 120)})")
+        return self._generic(op_name, inputs, attrs)
+
+    def _generic(self, op_name: str, inputs: list, attrs: dict, extra: dict | None = None) -> relax.Expr:
         args = [x for x in inputs if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)]
         types = self.output_types.get(attrs["tvm_custom"]["name"]) or [args[0].ty]
         out_ty = types[0] if len(types) == 1 else relax.TupleType(types)
-        return self.bb.normalize(relax.call_dps_packed(GENERIC_OP_PREFIX + "onnx." + op_name, relax.Tuple(args), out_ty))
+        func = relax.ExternFunc(GENERIC_OP_PREFIX + "onnx." + op_name)
+        for key, value in (extra or {}).items():
+            func = func.with_attr(key, value)
+        return self.bb.normalize(relax.call_dps_packed(func, relax.Tuple(args), out_ty))
 
 
 def _named_with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:

@@ -161,9 +161,11 @@ def _as_reshape(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 
 def _recurrent(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
     """LSTM and GRU as the one cuDNN call PyTorch makes: TVM's converters unroll every time step
-    into elementwise nodes (and refuse several layers). Both ATen schemas put num_layers, bidirectional
-    and batch_first at positions 4, 7 and 8; the cost rules need them."""
-    attrs = {"num_layers": int(node.args[4]), "bidirectional": bool(node.args[7]), "batch_first": bool(node.args[8])}
+    into elementwise nodes (and refuse several layers). Both ATen schemas put the initial state(s),
+    num_layers, bidirectional and batch_first at positions 1, 4, 7 and 8; the cost rules need them."""
+    state = node.args[1][0] if isinstance(node.args[1], list | tuple) else node.args[1]
+    attrs = {"hidden_size": int(state.meta["val"].shape[-1]), "num_layers": int(node.args[4]),
+             "bidirectional": bool(node.args[7]), "batch_first": bool(node.args[8])}
     return _generic_converter(_op_name(node), attrs)(node, importer)
 
 

@@ -155,15 +155,20 @@ def _adaptive_pool(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, o
 
 
 def _recurrent_flops(gates: int) -> FlopRule:
-    """Every weight matrix ([gates * H, I] input, [gates * H, H] recurrent) is applied at every
-    step to every sequence: ``T * B`` is the input's elements over its feature size."""
+    """Per step of every sequence (``T * B``: the input's elements over its feature size), each layer
+    and direction applies its [gates * H, I] input and [gates * H, H] recurrent matrices; a layer after
+    the first reads the directions' outputs side by side."""
 
     def flops(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
         steps = args[0].numel // args[0].shape[-1]
-        matrices = [t.shape for t in args[1:] if len(t.shape) == 2]
-        hidden = matrices[0][0] // gates if matrices else 0
-        pointwise = _recurrent_layers(attrs) * (RECURRENT_POINTWISE_FLOPS * gates * hidden + hidden)  # + cell update
-        return steps * (sum(2 * m[0] * m[1] for m in matrices) + pointwise)
+        hidden = int(attrs.get("hidden_size", 0))
+        directions = 2 if attrs.get("bidirectional") else 1
+        per_step = 0
+        for layer in range(int(attrs.get("num_layers", 1))):
+            features = args[0].shape[-1] if layer == 0 else directions * hidden
+            matmul = 2 * gates * hidden * (features + hidden)
+            per_step += directions * (matmul + RECURRENT_POINTWISE_FLOPS * gates * hidden + hidden)  # + cell update
+        return steps * per_step
 
     return flops
 
@@ -241,6 +246,8 @@ register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "
 register_aten("unfold.default", "reshape", "view", _zero)
 register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)
 # TVM unrolls LSTM and GRU into a dozen nodes per time step (27,000 for sequencer2d_s), each charged
-# a kernel; PyTorch runs each layer as one cuDNN call, and the torch frontend keeps it one node.
-register_aten("lstm.input", "lstm", "matmul", _recurrent_flops(4), _recurrent_kernels)
-register_aten("gru.input", "gru", "matmul", _recurrent_flops(3), _recurrent_kernels)
+# a kernel; PyTorch runs each layer as one cuDNN call, and the torch frontend keeps it one node. Their
+# attributes (hidden_size, num_layers, bidirectional, batch_first) come from the frontend.
+# The same for ONNX's LSTM and GRU (one layer each), which TVM's ONNX frontend does not convert.
+register_aten(("lstm.input", "onnx.LSTM"), "lstm", "matmul", _recurrent_flops(4), _recurrent_kernels)
+register_aten(("gru.input", "onnx.GRU"), "gru", "matmul", _recurrent_flops(3), _recurrent_kernels)

@@ -179,6 +179,28 @@ def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirec
     assert cost.time_ms >= node.attrs["kernels"] * KERNEL_OVERHEAD_US * 1e-3
 
 
+
+class _Recurrent(nn.Module):
+    def __init__(self, cls: type[nn.Module]) -> None:
+        super().__init__()
+        self.rnn = cls(32, 48, batch_first=True, bidirectional=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(x)[0]
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU])
+def test_torch_and_onnx_recurrent_layers_cost_the_same(tmp_path, cls):
+    """ONNX's LSTM/GRU (what Keras and Paddle LSTMs become) is one node with PyTorch's FLOPs and kernels."""
+    torch.manual_seed(0)
+    path = _export_onnx(_Recurrent(cls).eval(), (2, 20, 32), tmp_path / "rnn.onnx")
+    g_torch = build_graph(_Recurrent(cls), (20, 32), batch=2)
+    g_onnx = build_graph(path, batch=2)
+    kind = "lstm" if cls is nn.LSTM else "gru"
+    (a,), (b,) = ([n for n in g.nodes if n.kind == kind] for g in (g_torch, g_onnx))
+    assert a.flops == b.flops and a.attrs["kernels"] == b.attrs["kernels"] == 2 * (1 + 2 * 20)
+    assert not [w for w in g_onnx.warnings if "unknown" in w]
+
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat", "gin"])
 def test_adjacency_and_edge_index_give_the_same_pmgns_output(small_cnn, conv):
     """Training batches graphs through edge_index; one prediction uses the sparse adjacency."""
