@@ -22,7 +22,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_conver
 from dippm_nas.errors import ExportError, ModelLoadError, one_line
 from dippm_nas.frontends import LoadedModel, register_frontend
 from dippm_nas.frontends._canonical import canonicalize
-from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
+from dippm_nas.graph.from_relax import generic_call
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 _ONNX_DTYPES = {
@@ -89,10 +89,7 @@ class _TolerantImporter(ONNXGraphImporter):
         args = [x for x in inputs if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)]
         types = self.output_types.get(attrs["tvm_custom"]["name"]) or [args[0].ty]
         out_ty = types[0] if len(types) == 1 else relax.TupleType(types)
-        func = relax.ExternFunc(GENERIC_OP_PREFIX + "onnx." + op_name)
-        for key, value in (extra or {}).items():
-            func = func.with_attr(key, value)
-        return self.bb.normalize(relax.call_dps_packed(func, relax.Tuple(args), out_ty))
+        return self.bb.normalize(generic_call("onnx." + op_name, args, out_ty, extra))
 
 
 def _named_with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:

@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from dippm_nas.errors import ExportError, one_line
-from dippm_nas.graph.from_relax import GENERIC_OP_PREFIX
+from dippm_nas.graph.from_relax import generic_call
 from dippm_nas.inputs import InputSpec
 
 _TORCH_DTYPES = {
@@ -57,11 +57,7 @@ def _generic_converter(aten_name: str, attrs: dict[str, object] | None = None):
             if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType):
                 args.append(value)
         out_ty = _relax_type(node.meta["val"])
-        func = relax.ExternFunc(GENERIC_OP_PREFIX + aten_name)
-        for key, value in (attrs or {}).items():
-            func = func.with_attr(key, value)
-        call = relax.call_dps_packed(func, relax.Tuple(args), out_ty)
-        return importer.block_builder.emit(call)
+        return importer.block_builder.emit(generic_call(aten_name, args, out_ty, attrs))
 
     return convert
 

@@ -22,6 +22,18 @@ from dippm_nas.graph import ops
 from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
 
 GENERIC_OP_PREFIX = "dippm.generic."
+
+
+def generic_call(name: str, args: list[relax.Expr], out_ty: object,
+                 attrs: dict[str, object] | None = None) -> relax.Call:
+    """An opaque call that :func:`relax_to_graph` reads as the generic node ``name``: a frontend's
+    way to keep an operator it cannot (or should not) convert, with ``attrs`` for its cost rules."""
+    func = relax.ExternFunc(GENERIC_OP_PREFIX + name)
+    for key, value in (attrs or {}).items():
+        func = func.with_attr(key, value)
+    return relax.call_dps_packed(func, relax.Tuple(args), out_ty)
+
+
 _EPILOGUE_HOSTS = frozenset({"conv", "matmul"})
 
 
