@@ -221,8 +221,6 @@ class _Converter:
             extern = value.args[0]
             if isinstance(extern, relax.ExternFunc) and extern.attrs is not None:
                 attrs.update({str(k): _plain(v) for k, v in extern.attrs.items()})
-        if spec is not None and spec.kernels is not None:
-            attrs["kernels"] = spec.kernels([leaf.tensor for leaf in leaves], outs, attrs)
         node = _NodeDraft(
             id=len(self.nodes),
             op=op_name,
@@ -288,8 +286,10 @@ class _Converter:
         nodes, edges = [], set()
         for d in self.nodes:
             spec = ops.lookup_aten(d.op) if d.generic else ops.lookup(d.op)
-            # An operator we have no rule for counts as elementwise work.
+            # An operator we have no rule for counts as elementwise work, in one kernel.
             flops = spec.flops(d.args, d.outputs, d.attrs) if spec else sum(t.numel for t in d.outputs)
+            if spec is not None and spec.kernels is not None:
+                d.attrs["kernels"] = spec.kernels(d.args, d.outputs, d.attrs)
             nodes.append(Node(
                 id=d.id, op=d.op.removeprefix("relax."), kind=d.kind, category=d.category,
                 attrs=d.attrs, inputs=tuple(d.inputs), outputs=tuple(d.outputs),
