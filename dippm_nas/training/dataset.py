@@ -13,7 +13,7 @@ import torch
 from tqdm import tqdm
 
 from dippm_nas.cache import GraphCache
-from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel
 from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.graph.batching import scale_batch
@@ -24,7 +24,8 @@ from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
 from dippm_nas.training.featurize import DEFAULT_STORE, store_key
 from dippm_nas.training.records import Record
 
-TIME_SHARES = ("compute", "memory", "overhead")
+#: The bounds that take time (a view, "free", takes none).
+TIME_SHARES = tuple(b for b in BOUNDS if b != "free")
 
 
 def device_features(device: Device, precision: str) -> dict[str, float]:
