@@ -41,6 +41,7 @@ def _erfc(bb: relax.BlockBuilder, inputs: list[relax.Expr], attrs: dict) -> rela
 #: ONNX operators TVM's frontend lacks but that are plain compositions of ones it has.
 #: tf2onnx writes Keras' exact GELU with Erfc.
 EXTRA_CONVERTERS = {"Erfc": _erfc}
+_DIRECTLY_HANDLED = {"If", "Constant"}
 #: Kept whole, with the attributes their cost rules read (:mod:`dippm_nas.graph.ops`), as the torch
 #: frontend keeps aten.lstm: one cuDNN call, not a node per time step. Keras and Paddle LSTMs reach
 #: us as these.
@@ -52,7 +53,6 @@ def _recurrent_attrs(attrs: dict) -> dict[str, object]:
     direction = direction.decode() if isinstance(direction, bytes) else str(direction)
     return {"hidden_size": int(attrs["hidden_size"]), "num_layers": 1,
             "bidirectional": direction == "bidirectional", "batch_first": int(attrs.get("layout", 0)) == 1}
-_DIRECTLY_HANDLED = {"If", "Constant"}
 
 
 class _TolerantImporter(ONNXGraphImporter):
