@@ -100,6 +100,24 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
 
 
+def test_refit_trains_on_training_and_validation_for_the_chosen_epochs(small_training_set):
+    from dataclasses import replace
+
+    from dippm_nas.training.train import TrainConfig, fit, fit_split, predict_targets
+
+    ts = small_training_set
+    split = random_split(len(ts.records), seed=0)
+    config = TrainConfig(epochs=4, patience=1, batch_size=16)
+    chosen = fit(ts, split.train, split.val, replace(config, refit=False), progress=False)
+    refit = fit_split(ts, split, config, progress=False)
+    assert refit.epochs_run == chosen.best_epoch + 1  # early stopping chose the epoch count
+    assert (refit.best_epoch, refit.best_val_mape) == (chosen.best_epoch, chosen.best_val_mape)
+    both = np.concatenate([split.train, split.val])
+    assert np.allclose(refit.static_mean, ts.static[both].mean(axis=0))  # validation records were trained on
+    assert not np.allclose(predict_targets(refit, ts, split.test), predict_targets(chosen, ts, split.test))
+    assert fit_split(ts, split, replace(config, refit=False), progress=False).epochs_run == chosen.epochs_run
+
+
 def test_shipped_weights_used_where_trained_and_not_elsewhere():
     from dippm_nas import predict
     from dippm_nas.cost.learned import available, load
