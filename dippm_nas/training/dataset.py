@@ -3,6 +3,7 @@ analytical estimate per record, targets as measured values (missing ones are NaN
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from dataclasses import asdict, dataclass, field
@@ -116,13 +117,20 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     index = {k: i for i, k in enumerate(keys)}
     tensors = [graph_tensors(graphs[k]) for k in keys]
     analytical = AnalyticalCostModel()
-    statics, estimates = [], []
+    statics: list[list[float]] = [[] for _ in kept]
+    estimates: list[list[float]] = [[] for _ in kept]
     names: list[str] = []
-    for r in tqdm(kept, desc="analytical estimates", unit="record", file=sys.stderr):
-        feats, est = record_features(scale_batch(graphs[r.graph_key], r.batch).table, asdict(r), analytical)
-        names = names or list(feats)
-        statics.append([feats[n] for n in names])
-        estimates.append([est.latency_ms, est.energy_j, est.memory_mib])
+    # Records of other devices, precisions and runtimes share a (graph, batch): its table is built once.
+    by_config = sorted(range(len(kept)), key=lambda i: (kept[i].graph_key, kept[i].batch))
+    with tqdm(total=len(kept), desc="analytical estimates", unit="record", file=sys.stderr) as bar:
+        for (key, batch), group in itertools.groupby(by_config, key=lambda i: (kept[i].graph_key, kept[i].batch)):
+            table = scale_batch(graphs[key], batch).table
+            for i in group:
+                feats, est = record_features(table, asdict(kept[i]), analytical)
+                names = names or list(feats)
+                statics[i] = [feats[n] for n in names]
+                estimates[i] = [est.latency_ms, est.energy_j, est.memory_mib]
+                bar.update()
     targets = np.array([[np.nan if getattr(r, t) is None else getattr(r, t) for t in TARGETS] for r in kept])
     return TrainingSet(
         records=kept, graph_keys=keys, x=[t[0] for t in tensors], edges=[t[1] for t in tensors],
