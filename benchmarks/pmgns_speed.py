@@ -10,6 +10,8 @@ call gets a fresh copy of its graph, so nothing computed in one call is reused b
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import sys
 import time
@@ -32,6 +34,23 @@ def main() -> int:
     graphs = [build_graph(m, batch=32) for m in MODELS]
     learned, analytical = PMGNSCostModel(), AnalyticalCostModel()
     learned.estimate(graphs[0], device, "fp16")  # load the weights once
+    timings = _time(graphs, device, learned, analytical)
+    nodes = statistics.median(len(g.nodes) for g in graphs)
+    for name, t in timings.items():
+        ordered = sorted(t)
+        print(f"{name:10s} per graph: median {statistics.median(t):.2f} ms, p95 {ordered[int(0.95 * len(t)) - 1]:.2f} ms "
+              f"({len(graphs)} timm graphs, median {nodes:.0f} operators, {ROUNDS} rounds)")
+    with _busy_cores():
+        loaded = _time(graphs, device, learned, analytical)
+    print("with every core kept busy by another process: " + ", ".join(
+        f"{name} median {statistics.median(t):.2f} ms" for name, t in loaded.items()))
+    print("where it goes, median per graph: " + ", ".join(f"{k} {v:.2f} ms" for k, v in _stages(learned, graphs, device).items()))
+    median = statistics.median(timings["pmgns"])
+    print(f"bar: PMGNS under 5 ms per graph -> {'met' if median < 5 else 'NOT met'}")
+    return 0 if median < 5 else 1
+
+
+def _time(graphs, device, learned, analytical) -> dict[str, list[float]]:
     timings: dict[str, list[float]] = {"pmgns": [], "analytical": []}
     for _ in range(ROUNDS):
         for g in graphs:
@@ -40,21 +59,37 @@ def main() -> int:
                 start = time.perf_counter()
                 model.estimate(g, device, "fp16")
                 timings[name].append((time.perf_counter() - start) * 1e3)
-    nodes = statistics.median(len(g.nodes) for g in graphs)
-    for name, t in timings.items():
-        ordered = sorted(t)
-        print(f"{name:10s} per graph: median {statistics.median(t):.2f} ms, p95 {ordered[int(0.95 * len(t)) - 1]:.2f} ms "
-              f"({len(graphs)} timm graphs, median {nodes:.0f} operators, {ROUNDS} rounds)")
-    print("where it goes, median per graph: " + ", ".join(f"{k} {v:.2f} ms" for k, v in _stages(learned, graphs, device).items()))
-    median = statistics.median(timings["pmgns"])
-    print(f"bar: PMGNS under 5 ms per graph -> {'met' if median < 5 else 'NOT met'}")
-    return 0 if median < 5 else 1
+    return timings
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        sum(range(10_000))
+
+
+@contextlib.contextmanager
+def _busy_cores():
+    """One spinning process per core for the duration."""
+    import multiprocessing as mp
+
+    stop = mp.Event()
+    workers = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(os.cpu_count() or 1)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
 
 
 def _stages(learned, graphs, device) -> dict[str, float]:
     """The steps of ``PMGNSCostModel.estimate`` timed one by one (same inputs, same order)."""
     import torch
 
+    from dippm_nas.cost.learned import _one_thread
     from dippm_nas.graph.features import adjacency, node_feature_matrix
     from dippm_nas.graph.table import NodeTable
     from dippm_nas.training.dataset import record_features
@@ -74,7 +109,7 @@ def _stages(learned, graphs, device) -> dict[str, float]:
             feats, _ = record_features(table, request, learned.analytical)
             t3 = time.perf_counter()
             static = torch.tensor([[feats[n] for n in learned.card.static_features]], dtype=torch.float32)
-            with torch.inference_mode():
+            with torch.inference_mode(), _one_thread():
                 learned.model(x, adjacency(g), torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)
             t4 = time.perf_counter()
             for name, (a, b) in zip(stages, ((start, t1), (t1, t2), (t2, t3), (t3, t4))):
