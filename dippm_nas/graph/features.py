@@ -6,7 +6,6 @@ per-sample values of a graph at any batch: the batch enters the learned model as
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 
@@ -51,14 +50,8 @@ def node_feature_matrix(table: NodeTable) -> torch.Tensor:
     return torch.from_numpy(x)
 
 
-def _edge_pairs(graph: ModelGraph) -> np.ndarray:
-    """``[edges, 2]`` (producer, consumer); ``np.array`` over the tuples takes three times as long."""
-    flat = np.fromiter(itertools.chain.from_iterable(graph.edges), dtype=np.int64, count=2 * len(graph.edges))
-    return flat.reshape(-1, 2)
-
-
 def edge_index(graph: ModelGraph) -> torch.Tensor:
-    return torch.from_numpy(_edge_pairs(graph).T.copy())
+    return torch.from_numpy(graph.edge_array.T.copy())
 
 
 def adjacency(graph: ModelGraph) -> torch.Tensor:
@@ -67,7 +60,7 @@ def adjacency(graph: ModelGraph) -> torch.Tensor:
     is what one prediction wants. Built here with one sort: torch-geometric's converter took longer
     than a graph convolution."""
     n = len(graph.nodes)
-    pairs = _edge_pairs(graph)
+    pairs = graph.edge_array
     order = np.lexsort((pairs[:, 0], pairs[:, 1]))  # by consumer, then producer
     rows = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(pairs[:, 1], minlength=n), out=rows[1:])

@@ -168,27 +168,28 @@ class NodeTable:
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
             flops=table[:, 6], f32_numel=table[:, 7], other_bytes=table[:, 8], weight_numel=table[:, 9],
-            weight_bytes=table[:, 10], alloc_bytes=table[:, 11:13], free_step=_free_steps(graph),
+            weight_bytes=table[:, 10], alloc_bytes=table[:, 11:13], free_step=_free_steps(graph, ints[:, 2].astype(bool)),
             input_bytes=(float(inputs_full), float(inputs_half)), flops1=table[:, 13], read1=table[:, 14],
             written1=table[:, 15], out_dims1=table[:, 16:16 + MAX_RANK], shape_attrs=table[:, 16 + MAX_RANK:],
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
 
-def _free_steps(graph: ModelGraph) -> np.ndarray:
+def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
     """Liveness as PyTorch eager sees it: a view shares its input's allocation; an allocation is freed
     after the last operator that reads it (or any view of it), outputs of the model at the end, and
     one nobody reads right after it is written. -1 marks a node without an allocation of its own."""
     n = len(graph.nodes)
-    owner = list(range(n))
-    last_use = list(range(n))  # never read: freed at its own step
-    producers = graph.producers
-    for node in graph.nodes:
-        ps = producers[node.id]
-        if node.category == "view" and len(ps) == 1:
-            owner[node.id] = owner[ps[0]]
-            last_use[node.id] = -1
-        for p in ps:
-            last_use[owner[p]] = node.id
-    for out in graph.outputs:
-        last_use[owner[out]] = n
-    return np.array(last_use, dtype=np.int64)
+    src, dst = graph.edge_array.T
+    producer_count = np.bincount(dst, minlength=n)
+    producer = np.full(n, -1, dtype=np.int64)
+    producer[dst] = src  # exact where a node has one producer, the only case read below
+    shares = is_view & (producer_count == 1)
+    chain = list(range(n))
+    for i, p in zip(np.flatnonzero(shares).tolist(), producer[shares].tolist()):  # in graph order: views of views
+        chain[i] = chain[p]
+    owner = np.array(chain, dtype=np.int64)
+    last_use = np.arange(n, dtype=np.int64)  # never read: freed at its own step
+    np.maximum.at(last_use, owner[src], dst)
+    last_use[shares] = -1
+    last_use[owner[list(graph.outputs)]] = n
+    return last_use
