@@ -124,9 +124,13 @@ def test_shipped_weights_used_where_trained_and_not_elsewhere():
 
     if not available():
         pytest.skip("no shipped weights (run `dippm-nas train`)")
+    import torch
+
     load.cache_clear()
+    threads = torch.get_num_threads()
     trained = predict("resnet18", batch=64, device="rtx4090", precision="fp16")
     assert trained.cost_model.startswith("pmgns") and any("was in its training data" in n for n in trained.notes)
+    assert torch.get_num_threads() == threads  # one thread inside a prediction, the caller's setting after
     elsewhere = predict("resnet18", batch=64, device="a100-40gb", precision="fp16")
     assert elsewhere.cost_model == "analytical"
     assert any("not a100-40gb" in n and "analytical" in n for n in elsewhere.notes)
