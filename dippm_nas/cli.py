@@ -197,7 +197,9 @@ def _shipper(ts):
     from dippm_nas.cost.learned import WEIGHTS, save
 
     def ship(fitted, split, test) -> None:
-        trained_on = len(split.train) + (len(split.val) if fitted.config.refit else 0)
+        from dippm_nas.training.train import final_training_records
+
+        trained_on = len(final_training_records(split, fitted.config))
         save(fitted, ts, WEIGHTS / "pmgns", {"split": split.description, "test_latency": test,
                                              "n_train": trained_on, "n_val": len(split.val),
                                              "n_test": len(split.test),

@@ -186,6 +186,11 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     return fitted
 
 
+def final_training_records(split: Split, config: TrainConfig) -> np.ndarray:
+    """The records the final model learns from: training, and validation too when it is refitted."""
+    return np.concatenate([split.train, split.val]) if config.refit else split.train
+
+
 def fit_split(ts: TrainingSet, split: Split, config: TrainConfig = TrainConfig(), progress: bool = True,
               label: str = "") -> Fitted:
     """Early stopping on the split's validation set chooses the number of epochs; with ``config.refit``
@@ -195,6 +200,6 @@ def fit_split(ts: TrainingSet, split: Split, config: TrainConfig = TrainConfig()
     chosen = fit(ts, split.train, split.val, config, progress, label)
     if not config.refit:
         return chosen
-    refit = fit(ts, np.concatenate([split.train, split.val]), split.val[:0],
+    refit = fit(ts, final_training_records(split, config), split.val[:0],
                 replace(config, stop_after=chosen.best_epoch + 1), progress, f"{label or config.conv} refit")
     return replace(refit, best_val_mape=chosen.best_val_mape, best_epoch=chosen.best_epoch, config=config)

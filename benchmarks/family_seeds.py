@@ -1,0 +1,60 @@
+"""How much the family-held-out figures move with the training seed alone.
+
+`dippm-nas evaluate` reports one seeded run per split. The family split is the one where a single run
+says least: its validation set is 13 whole families, early stopping on it is noisy, and a different
+seed (weight initialisation and batch order only; the held-out families stay the same) gives a
+different model. This trains PMGNS on the family split once per seed, exactly as `evaluate` does
+(early stopping on validation, refit on training + validation), and prints each run's test MAPE,
+Kendall tau and share within 10 %, then their mean and spread. Nothing here chooses anything.
+
+    python benchmarks/family_seeds.py                  # seeds 0-4 (seed 0 is evaluate's run)
+    python benchmarks/family_seeds.py --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import replace
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, comma-separated (default: 0,1,2,3,4)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    import torch
+
+    from dippm_nas.training.dataset import build_training_set
+    from dippm_nas.training.metrics import summary
+    from dippm_nas.training.records import load_records
+    from dippm_nas.training.splits import family_split
+    from dippm_nas.training.train import TrainConfig, fit_split, predict_targets
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ts = build_training_set(load_records())
+    split = family_split(ts.families, seed=0)
+    print(f"family split (split seed 0): {split.description}; {len(split.test)} test records", flush=True)
+    runs = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        start = time.perf_counter()
+        fitted = fit_split(ts, split, replace(TrainConfig(), seed=seed), label=f"seed {seed}")
+        m = summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0])
+        runs.append(m)
+        print(f"seed {seed}: test MAPE {m['mape']:.2%}, Kendall tau {m['tau']:.3f}, within 10 % {m['within10']:.1%} "
+              f"(early stopping chose {fitted.best_epoch + 1} epochs; {time.perf_counter() - start:.0f} s)", flush=True)
+    if len(runs) > 1:
+        for key, fmt in (("mape", "{:.2%}"), ("tau", "{:.3f}"), ("within10", "{:.1%}")):
+            values = [r[key] for r in runs]
+            print(f"{key}: mean {fmt.format(statistics.mean(values))}, standard deviation "
+                  f"{fmt.format(statistics.stdev(values))}, range {fmt.format(min(values))} - {fmt.format(max(values))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
