@@ -18,6 +18,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 
+from dippm_nas.graph.from_relax import tensor_of_type
+
 Rewriter = Callable[[relax.Expr, dict[DFPattern, relax.Expr]], relax.Expr]
 Rule = Callable[[], tuple[DFPattern, Rewriter]]
 #: Each rule with the operators a function must call for the rule to have anything to match: a
@@ -47,13 +49,12 @@ def _is(expr: relax.Expr, value: float) -> bool:
 
 
 def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
-        try:
-            return tuple(int(d) for d in ty.shape.values)
-        except TypeError:
-            return None
-    return None
+    """None where the shape is unknown or symbolic: such an expression is left as it is."""
+    try:
+        tensor = tensor_of_type(expr.ty)
+    except TypeError:
+        return None
+    return tensor.shape if tensor is not None else None
 
 
 def _mul(a: DFPattern, b: DFPattern) -> DFPattern:

@@ -76,7 +76,9 @@ class _NodeDraft:
     reads_input: bool = False
 
 
-def _tensor(ty: object) -> Tensor | None:
+def tensor_of_type(ty: object) -> Tensor | None:
+    """The Tensor of a Relax tensor type with a known shape, else None (a symbolic dimension raises
+    TypeError: the frontends fix every input shape before a graph is read)."""
     if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
         return Tensor(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
     return None
@@ -85,7 +87,7 @@ def _tensor(ty: object) -> Tensor | None:
 def _tensors(ty: object) -> list[Tensor]:
     if isinstance(ty, relax.TupleType):
         return [t for f in ty.fields for t in _tensors(f)]
-    single = _tensor(ty)
+    single = tensor_of_type(ty)
     return [single] if single is not None else []
 
 
@@ -132,7 +134,7 @@ class _Converter:
         if isinstance(expr, relax.Var):
             return self.env.get(expr)
         if isinstance(expr, tvm.ir.Constant):
-            t = _tensor(expr.ty)
+            t = tensor_of_type(expr.ty)
             if t is None:
                 return None
             self.constants.setdefault(expr, t)
@@ -171,7 +173,7 @@ class _Converter:
         inputs: list[Tensor] = []
         param_count = param_bytes = 0
         for i, param in enumerate(func.params):
-            t = _tensor(param.ty)
+            t = tensor_of_type(param.ty)
             if t is None:
                 continue
             if i < num_input:
@@ -241,7 +243,7 @@ class _Converter:
     def _wrap(self, ty: object, make) -> object:
         if isinstance(ty, relax.TupleType):
             return _Tup(tuple(self._wrap(f, make) for f in ty.fields))
-        t = _tensor(ty)
+        t = tensor_of_type(ty)
         return make(t) if t is not None else None
 
     def call_target(self, call: relax.Call) -> tuple[str, list[relax.Expr], bool]:
