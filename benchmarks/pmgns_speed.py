@@ -89,7 +89,7 @@ def _stages(learned, graphs, device) -> dict[str, float]:
     """The steps of ``PMGNSCostModel.estimate`` timed one by one (same inputs, same order)."""
     import torch
 
-    from dippm_nas.cost.learned import _one_thread
+    from dippm_nas.cost.learned import one_thread
     from dippm_nas.graph.features import adjacency, node_feature_matrix
     from dippm_nas.graph.table import NodeTable
     from dippm_nas.training.dataset import record_features
@@ -109,7 +109,7 @@ def _stages(learned, graphs, device) -> dict[str, float]:
             feats, _ = record_features(table, request, learned.analytical)
             t3 = time.perf_counter()
             static = torch.tensor([[feats[n] for n in learned.card.static_features]], dtype=torch.float32)
-            with torch.inference_mode(), _one_thread():
+            with torch.inference_mode(), one_thread():
                 learned.model(x, adjacency(g), torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)
             t4 = time.perf_counter()
             for name, (a, b) in zip(stages, ((start, t1), (t1, t2), (t2, t3), (t3, t4))):

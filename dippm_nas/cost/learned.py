@@ -93,7 +93,7 @@ def available(path: Path = WEIGHTS / "pmgns") -> bool:
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """One prediction is a few hundred rows: torch's intra-op threads only wait on each other, and on a
     busy machine (parallel NAS workers) they made it about thirty times slower (5 ms against 144 ms
     per graph, measured with a training run on the other core)."""
@@ -143,7 +143,7 @@ class PMGNSCostModel:
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_version}
         feats, analytical = record_features(table, request, self.analytical)
-        with torch.inference_mode(), _one_thread():
+        with torch.inference_mode(), one_thread():
             raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)
             static = standardize(raw, self.card.static_mean, self.card.static_std)
             x = standardize(node_feature_matrix(table), self.card.node_mean, self.card.node_std)
