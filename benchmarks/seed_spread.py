@@ -1,14 +1,14 @@
-"""How much the family-held-out figures move with the training seed alone.
+"""How much a split's test figures move with the training seed alone.
 
-`dippm-nas evaluate` reports one seeded run per split. The family split is the one where a single run
-says least: its validation set is 13 whole families, early stopping on it is noisy, and a different
-seed (weight initialisation and batch order only; the held-out families stay the same) gives a
-different model. This trains PMGNS on the family split once per seed, exactly as `evaluate` does
-(early stopping on validation, refit on training + validation), and prints each run's test MAPE,
-Kendall tau and share within 10 %, then their mean and spread. Nothing here chooses anything.
+`dippm-nas evaluate` reports one seeded run per split. Where the test set is far from the training
+data (whole families held out, another GPU) a single run says least: early stopping is noisy and a
+different seed (weight initialisation and batch order only; the split itself stays the same) gives
+a different model. This trains PMGNS on one split once per seed, exactly as `evaluate` does (early
+stopping on validation, refit on training + validation), and prints each run's test MAPE, Kendall
+tau and share within 10 %, then their mean and spread. Nothing here chooses anything.
 
-    python benchmarks/family_seeds.py                  # seeds 0-4 (seed 0 is evaluate's run)
-    python benchmarks/family_seeds.py --seeds 0,1,2
+    python benchmarks/seed_spread.py                          # family split, seeds 0-4
+    python benchmarks/seed_spread.py --split rtx4090->rtx3090 --seeds 1,2
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ import time
 import warnings
 from dataclasses import replace
 
+SPLITS = ("random", "family", "rtx3090->rtx4090", "rtx4090->rtx3090")  # evaluate's, by name
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", default="family", choices=SPLITS, help="which of evaluate's splits (default: family)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, comma-separated (default: 0,1,2,3,4)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     args = parser.parse_args()
@@ -32,14 +35,14 @@ def main() -> int:
     from dippm_nas.training.dataset import build_training_set
     from dippm_nas.training.metrics import summary
     from dippm_nas.training.records import load_records
-    from dippm_nas.training.splits import family_split
+    from dippm_nas.training.evaluate import splits_for
     from dippm_nas.training.train import TrainConfig, fit_split, predict_targets
 
     if args.threads:
         torch.set_num_threads(args.threads)
     ts = build_training_set(load_records())
-    split = family_split(ts.families, seed=0)
-    print(f"family split (split seed 0): {split.description}; {len(split.test)} test records", flush=True)
+    split = next(s for s in splits_for(ts, seed=0) if s.name == args.split)
+    print(f"{split.name} split (split seed 0): {split.description}; {len(split.test)} test records", flush=True)
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         start = time.perf_counter()
