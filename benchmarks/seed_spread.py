@@ -20,12 +20,12 @@ import time
 import warnings
 from dataclasses import replace
 
-SPLITS = ("random", "family", "rtx3090->rtx4090", "rtx4090->rtx3090")  # evaluate's, by name
-
 
 def main() -> int:
+    from dippm_nas.training.evaluate import SPLIT_NAMES, splits_for
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", default="family", choices=SPLITS, help="which of evaluate's splits (default: family)")
+    parser.add_argument("--split", default="family", choices=SPLIT_NAMES, help="which of evaluate's splits (default: family)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, comma-separated (default: 0,1,2,3,4)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     args = parser.parse_args()
@@ -35,7 +35,6 @@ def main() -> int:
     from dippm_nas.training.dataset import build_training_set
     from dippm_nas.training.metrics import summary
     from dippm_nas.training.records import load_records
-    from dippm_nas.training.evaluate import splits_for
     from dippm_nas.training.train import TrainConfig, fit_split, predict_targets
 
     if args.threads:

@@ -195,10 +195,9 @@ def _training_set():
 def _shipper(ts):
     """Saves a fitted random-split model as the shipped weights, and says so."""
     from dippm_nas.cost.learned import WEIGHTS, save
+    from dippm_nas.training.train import final_training_records
 
     def ship(fitted, split, test) -> None:
-        from dippm_nas.training.train import final_training_records
-
         trained_on = len(final_training_records(split, fitted.config))
         save(fitted, ts, WEIGHTS / "pmgns", {"split": split.description, "test_latency": test,
                                              "n_train": trained_on, "n_val": len(split.val),

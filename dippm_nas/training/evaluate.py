@@ -22,9 +22,15 @@ BARS = {"random": {"mape": 0.05}, "family": {"mape": 0.12, "tau": 0.93},
         "rtx3090->rtx4090": {"mape": 0.15, "tau": 0.93}}
 
 
+#: Train on the first GPU's records, test on the second's.
+DEVICE_PAIRS = (("rtx3090", "rtx4090"), ("rtx4090", "rtx3090"))
+SPLIT_NAMES = ("random", "family", *(f"{a}->{b}" for a, b in DEVICE_PAIRS))
+
+
 def splits_for(ts: TrainingSet, seed: int = 0) -> list[Split]:
+    """The splits named in :data:`SPLIT_NAMES`, in that order."""
     return [random_split(len(ts.records), seed), family_split(ts.families, seed),
-            device_split(ts.devices, "rtx3090", "rtx4090", seed), device_split(ts.devices, "rtx4090", "rtx3090", seed)]
+            *(device_split(ts.devices, a, b, seed) for a, b in DEVICE_PAIRS)]
 
 
 def _loglinear_features(ts: TrainingSet, idx: np.ndarray) -> np.ndarray:
