@@ -13,8 +13,12 @@ For each operator :math:`i` with :math:`F_i` FLOPs and :math:`B_i` bytes moved:
 where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision, :math:`W` the
 memory bandwidth and :math:`k_i` the number of kernels it launches. Views (reshape, permute,
 slicing) are free, as in PyTorch eager. Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
-u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. A tensor-core
-convolution on NCHW activations at half precision also pays the two transposes cuDNN runs around it.
+u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. Half precision means
+``torch.autocast``: each operator moves its activations in the precision autocast runs it in
+(convolutions and matmuls in half, layer norms and softmax in float32, everything else in the widest
+type of its inputs, so a transformer's residual stream stays float32) and pays the casts between
+them. A tensor-core convolution on NCHW activations at half precision also pays the two transposes
+cuDNN runs around it.
 Memory is the CUDA context, the weights, the peak of the live activations over the operators in
 execution order, and the library workspace.
 
@@ -106,8 +110,12 @@ class AnalyticalCostModel:
     def roofline(self, table: NodeTable, device: Device, precision: str, layout: str = "nchw") -> Roofline:
         half = precision in HALF_PRECISIONS
         tensor_core = _TENSOR_CORE[table.category]
-        moved = table.f32_numel * (2 if half else 4) + table.other_bytes  # autocast halves float32 activations
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
+        if half:  # autocast: each operator in its own precision, casts included (ops.autocast_mode)
+            moved = table.autocast_bytes + table.other_bytes
+            kernels += table.autocast_casts
+        else:
+            moved = table.f32_numel * 4 + table.other_bytes
         if half:
             # Autocast casts each fp32 weight to half per forward: one more kernel that reads 4
             # bytes and writes 2 per element, and the operator then reads the 2-byte copy.

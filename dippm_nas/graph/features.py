@@ -27,15 +27,16 @@ def node_feature_names() -> list[str]:
     counts = ["log_flops", "log_bytes_read", "log_bytes_written", "log_weight_bytes"]
     shape = [f"log_out_dim{i}" for i in range(MAX_RANK)]
     named = [("log_groups" if c == "groups" else c) for c in SHAPE_COLUMNS]
-    return kinds + cats + counts + named + shape
+    return kinds + cats + counts + named + shape + ["autocast_float32"]
 
 
 def node_feature_matrix(table: NodeTable) -> torch.Tensor:
     """``[nodes, features]`` in the order of :func:`node_feature_names`: kind one-hot, category
-    one-hot, then the dense features, FLOPs, bytes, groups and dimensions as log(1 + x)."""
+    one-hot, then the dense features, FLOPs, bytes, groups and dimensions as log(1 + x), and whether
+    the output stays float32 under autocast."""
     n_kinds, n_cats = len(ops.vocabulary()), len(ops.CATEGORIES)
     n = len(table)
-    x = np.zeros((n, n_kinds + n_cats + 4 + len(SHAPE_COLUMNS) + MAX_RANK), dtype=np.float32)
+    x = np.zeros((n, n_kinds + n_cats + 4 + len(SHAPE_COLUMNS) + MAX_RANK + 1), dtype=np.float32)
     if n:
         rows = np.arange(n)
         x[rows, table.kind] = 1.0
@@ -46,7 +47,8 @@ def node_feature_matrix(table: NodeTable) -> torch.Tensor:
         shape_attrs[:, groups] = np.log1p(np.maximum(shape_attrs[:, groups], 0.0))
         dense = np.concatenate([np.log1p(np.maximum(counts, 0.0)), shape_attrs,
                                 np.log1p(np.maximum(table.out_dims1, 0.0))], axis=1)
-        x[:, n_kinds + n_cats:] = dense
+        x[:, n_kinds + n_cats:-1] = dense
+        x[:, -1] = table.autocast_f32
     return torch.from_numpy(x)
 
 

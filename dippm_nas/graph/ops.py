@@ -48,6 +48,31 @@ CATEGORIES = (
 )
 
 
+#: How ``torch.autocast`` runs an operator at half precision (PyTorch's "Autocast Op Reference",
+#: CUDA): convolutions, matmuls (linear, bmm, einsum, the recurrent cells), attention and prelu run in
+#: half precision, casting float32 inputs first; the kinds below run in float32, casting half inputs
+#: up (layer_norm, group_norm, softmax, ... are on that list); everything else runs in the widest
+#: type of its inputs, so a half activation added to a float32 one (a residual stream after a layer
+#: norm, a position embedding, a layer-scale parameter) gives float32.
+AUTOCAST_HALF_CATEGORIES = frozenset({"conv", "matmul", "attention"})
+AUTOCAST_HALF_KINDS = frozenset({"prelu"})
+AUTOCAST_FLOAT32_KINDS = frozenset({
+    "layer_norm", "group_norm", "softmax", "log_softmax", "norm", "exp", "log", "power", "reciprocal",
+    "rsqrt", "softplus", "sum", "prod", "cumsum", "cumprod",
+})
+#: Kinds that take float32 parameters with half inputs and stay in half (cuDNN's batch norm); for
+#: any other "widest" operator a float32 parameter of more than one element makes the output float32.
+AUTOCAST_KEEPS_WEIGHT_DTYPE = frozenset({"batch_norm", "instance_norm"})
+#: What :func:`autocast_mode` answers.
+AUTOCAST_MODES = ("half", "float32", "widest")
+
+
+def autocast_mode(kind: str, category: str) -> str:
+    if category in AUTOCAST_HALF_CATEGORIES or kind in AUTOCAST_HALF_KINDS:
+        return "half"
+    return "float32" if kind in AUTOCAST_FLOAT32_KINDS else "widest"
+
+
 @dataclass(frozen=True)
 class OpSpec:
     kind: str

@@ -18,6 +18,7 @@ from functools import cache
 import numpy as np
 
 from dippm_nas.graph import ops
+from dippm_nas.graph.ops import AUTOCAST_KEEPS_WEIGHT_DTYPE, autocast_mode
 from dippm_nas.graph.model_graph import DTYPE_BYTES, ModelGraph, Node
 
 MAX_RANK = 5
@@ -75,7 +76,7 @@ def _aligned_numel(conv: Node) -> int:
 @dataclass(frozen=True, eq=False)
 class NodeTable:
     """Columns over the operators, in graph order (views included). Byte counts of activations
-    are kept apart by dtype because autocast halves float32 activations and nothing else."""
+    are kept apart by dtype because autocast changes float32 activations and nothing else."""
 
     batch: int
     kind: np.ndarray  # index into ops.vocabulary()
@@ -83,15 +84,18 @@ class NodeTable:
     is_view: np.ndarray
     flops: np.ndarray  # at the graph's batch
     f32_numel: np.ndarray  # float32 activations read and written
+    autocast_bytes: np.ndarray  # what those move under half-precision autocast, its casts included
+    autocast_casts: np.ndarray  # the cast kernels autocast adds
+    autocast_f32: np.ndarray  # the output stays float32 under autocast (see ops.autocast_mode)
     other_bytes: np.ndarray  # activations of other dtypes read and written
     weight_numel: np.ndarray
     weight_bytes: np.ndarray
     has_weights: np.ndarray
     aligned_conv_numel: np.ndarray  # input + output elements of a tensor-core-aligned 2-D convolution, else 0
     kernels: np.ndarray
-    alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs, float32 kept / halved
+    alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
-    input_bytes: tuple[float, float]  # the model's inputs, float32 kept / halved
+    input_bytes: tuple[float, float]  # the model's inputs (autocast keeps them float32)
     # per sample (the batch-1 graph):
     flops1: np.ndarray
     read1: np.ndarray  # activation bytes read
@@ -114,22 +118,37 @@ class NodeTable:
         add, prod, dtype_size, block = rows.append, math.prod, DTYPE_BYTES.get, ALLOCATOR_BLOCK_BYTES
         pad = (0,) * MAX_RANK
         no_spatial = (0.0,) * (2 * len(SPATIAL_ATTRS))
+        producers, entry = graph.producers, set(graph.entry_nodes)
+        stays_f32: dict[int, bool] = {}  # per operator: its float32 output stays float32 under autocast
         for node in graph.nodes:
-            f32 = other = read1 = written1 = block_full = block_half = w_numel = w_bytes = 0
+            f32_in = f32_out = other = read1 = written1 = block_full = block_half = w_numel = w_bytes = 0
             for t in node.inputs:
                 count = prod(t.shape)
                 if t.dtype == "float32":
-                    f32 += count
+                    f32_in += count
                     read1 += (count // batch if len(t.shape) >= 2 else count) * 4
                 else:
                     size = dtype_size(t.dtype, 4)
                     other += count * size
                     read1 += (count // batch if len(t.shape) >= 2 else count) * size
+            # Under autocast: the share of float32 inputs that arrive in float32 (the model's own
+            # inputs do; which input came from which producer the graph does not keep, so mixed
+            # producers count in proportion), and what the operator runs in.
+            feeds, reads_input = producers[node.id], node.id in entry
+            sources = len(feeds) + reads_input
+            f32_share = (sum(stays_f32[p] for p in feeds) + reads_input) / sources if sources else 1.0
+            mode = autocast_mode(node.kind, node.category)
+            if mode == "widest":
+                out_f32 = f32_share > 0 or (node.kind not in AUTOCAST_KEEPS_WEIGHT_DTYPE and any(
+                    w.dtype == "float32" and prod(w.shape) > 1 for w in node.weights))
+            else:
+                out_f32 = mode == "float32"
+            stays_f32[node.id] = out_f32
             for t in node.outputs:
                 count = prod(t.shape)
                 if t.dtype == "float32":
-                    f32 += count
-                    size, half = 4, count * 2
+                    f32_out += count
+                    size, half = 4, count * (4 if out_f32 else 2)
                 else:
                     size = dtype_size(t.dtype, 4)
                     other += count * size
@@ -137,6 +156,17 @@ class NodeTable:
                 block_full += -(-count * size // block) * block
                 block_half += -(-half // block) * block
                 written1 += (count // batch if len(t.shape) >= 2 else count) * size
+            # Bytes of the float32 activations under autocast, and the cast kernels it adds: an
+            # operator that runs in one precision first casts inputs of the other (reading them and
+            # writing a copy), then reads the copy.
+            f32_read, half_read = f32_in * f32_share, f32_in * (1 - f32_share)
+            if mode == "half":
+                autocast_bytes, casts = f32_in * 2 + f32_read * (4 + 2), int(f32_read > 0)
+            elif mode == "float32":
+                autocast_bytes, casts = f32_in * 4 + half_read * (2 + 4), int(half_read > 0)
+            else:
+                autocast_bytes, casts = f32_read * 4 + half_read * 2, 0
+            autocast_bytes += f32_out * (4 if out_f32 else 2)
             for t in node.weights:
                 count = prod(t.shape)
                 w_numel += count
@@ -154,23 +184,23 @@ class NodeTable:
                 spatial = (*strides, *dilation, *padding, *pool_size)
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
                  attrs.get("kernels", 1), _aligned_numel(node) if conv else 0,
-                 node.flops, f32, other, w_numel, w_bytes, block_full, block_half,
+                 node.flops, f32_in + f32_out, other, w_numel, w_bytes, block_full, block_half,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
                  *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
-                 float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial))
-        inputs_full = inputs_half = 0
-        for t in graph.inputs:
-            inputs_full += t.nbytes
-            inputs_half += t.numel * 2 if t.dtype == "float32" else t.nbytes
-        table = np.array(rows, dtype=np.float64).reshape(len(rows), 16 + MAX_RANK + len(SHAPE_COLUMNS))
+                 float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial,
+                 autocast_bytes, casts, out_f32))
+        inputs = float(sum(t.nbytes for t in graph.inputs))
+        width = 16 + MAX_RANK + len(SHAPE_COLUMNS)
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), width + 3)
         ints = table[:, :6].astype(np.int64)
         return cls(
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
             flops=table[:, 6], f32_numel=table[:, 7], other_bytes=table[:, 8], weight_numel=table[:, 9],
             weight_bytes=table[:, 10], alloc_bytes=table[:, 11:13], free_step=_free_steps(graph, ints[:, 2].astype(bool)),
-            input_bytes=(float(inputs_full), float(inputs_half)), flops1=table[:, 13], read1=table[:, 14],
-            written1=table[:, 15], out_dims1=table[:, 16:16 + MAX_RANK], shape_attrs=table[:, 16 + MAX_RANK:],
+            input_bytes=(inputs, inputs), flops1=table[:, 13], read1=table[:, 14],
+            written1=table[:, 15], out_dims1=table[:, 16:16 + MAX_RANK], shape_attrs=table[:, 16 + MAX_RANK:width],
+            autocast_bytes=table[:, width], autocast_casts=table[:, width + 1], autocast_f32=table[:, width + 2].astype(bool),
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
 

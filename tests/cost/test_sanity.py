@@ -104,3 +104,34 @@ def test_unknown_layout_names_the_known_ones(resnet_graphs):
 
     with pytest.raises(DippmError, match="choose one of: nchw, nhwc"):
         predict_graph(resnet_graphs[8], layout="channels_last")
+
+
+def test_autocast_keeps_what_pytorch_keeps_in_float32():
+    """A pre-norm residual block under fp16 autocast, as PyTorch's autocast runs it: layer_norm in
+    float32, the linear layers in half (casting their float32 input first), and the residual add of
+    a half output to the float32 stream in float32; a BatchNorm CNN stays in half throughout after
+    its first convolution casts the model's input."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc = nn.LayerNorm(256), nn.Linear(256, 256)
+
+        def forward(self, x):
+            return x + self.fc(self.norm(x))
+
+    with torch.device("meta"):
+        model = nn.Sequential(Block(), nn.Linear(256, 256))
+        cnn = nn.Sequential(nn.Conv2d(16, 32, 3), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3))
+    g = build_graph(model, (64, 256), batch=4)
+    t = NodeTable.of(g)
+    ops = [(n.kind, bool(f32), int(casts)) for n, f32, casts in zip(g.nodes, t.autocast_f32, t.autocast_casts)
+           if not n.is_view]
+    assert ops == [("layer_norm", True, 0), ("matmul", False, 1), ("add", True, 0), ("matmul", False, 1)]
+    elems = 4 * 64 * 256
+    kinds = [n.kind for n in g.nodes]
+    assert t.autocast_bytes[kinds.index("layer_norm")] == elems * (4 + 4)
+    assert t.autocast_bytes[kinds.index("matmul")] == elems * (4 + 2 + 2 + 2)  # cast, read the copy, write
+    assert t.autocast_bytes[kinds.index("add")] == elems * (4 + 2 + 4)
+    tc = NodeTable.of(build_graph(cnn, (16, 32, 32), batch=4))
+    assert not tc.autocast_f32.any() and tc.autocast_casts.tolist() == [1, 0, 0, 0]  # only the stem casts
