@@ -93,6 +93,15 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     est = learned.estimate(graph, get_device("rtx4090"), "fp16")
     assert math.isfinite(est.latency_ms) and est.latency_ms > 0 and est.cost_model.startswith("pmgns")
     assert any("resnet" in n and "was in" in n for n in est.notes)
+    # One prediction (dense adjacency, one graph) gives what training's batched path gives the record.
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.inputs import TensorSpec
+
+    i = next(i for i, r in enumerate(ts.records) if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_version)
+    r = ts.records[i]
+    one = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
+    single = learned.estimate(one, get_device(r.device), r.precision, r.layout).latency_ms
+    assert single == pytest.approx(float(predict_targets(a, ts, np.array([i]))[0, 0]), rel=1e-4)
     with pytest.raises(NotCovered, match="not a100-40gb"):
         learned.estimate(graph, get_device("a100-40gb"), "fp16")
     with pytest.raises(NotCovered, match="not fp32"):
