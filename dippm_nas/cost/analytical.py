@@ -111,17 +111,15 @@ class AnalyticalCostModel:
         half = precision in HALF_PRECISIONS
         tensor_core = _TENSOR_CORE[table.category]
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
-        if half:  # autocast: each operator in its own precision, casts included (ops.autocast_mode)
-            moved = table.autocast_bytes + table.other_bytes
-            kernels += table.autocast_casts
-        else:
-            moved = table.f32_numel * 4 + table.other_bytes
         if half:
-            # Autocast casts each fp32 weight to half per forward: one more kernel that reads 4
-            # bytes and writes 2 per element, and the operator then reads the 2-byte copy.
+            # Autocast runs each operator in its own precision and casts activations between them
+            # (ops.autocast_mode). It also casts each fp32 weight of a tensor-core operator to half
+            # per forward: one more kernel that reads 4 bytes and writes 2 per element, and the
+            # operator then reads the 2-byte copy.
             cast = tensor_core & table.has_weights
-            moved += np.where(cast, table.weight_numel * (4 + 2 + 2), table.weight_bytes)
-            kernels += cast
+            moved = table.autocast_bytes + table.other_bytes + np.where(
+                cast, table.weight_numel * (4 + 2 + 2), table.weight_bytes)
+            kernels += table.autocast_casts + cast
             if layout == "nchw":
                 # cuDNN's tensor-core kernels read and write NHWC: given NCHW tensors (PyTorch's
                 # default) it transposes the input before and the output after the kernel
@@ -131,7 +129,7 @@ class AnalyticalCostModel:
                 moved += table.aligned_conv_numel * 2 * 2
                 kernels += 2 * transposed
         else:
-            moved += table.weight_bytes
+            moved = table.f32_numel * 4 + table.other_bytes + table.weight_bytes
         peaks = np.array([peak_tflops(c, device, precision) for c in ops.CATEGORIES]) * 1e12
         compute_s = table.flops / peaks[table.category]
         memory_s = moved / (device.memory_bw_gbs * 1e9)
@@ -146,7 +144,7 @@ class AnalyticalCostModel:
     def peak_activations(self, table: NodeTable, precision: str) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""
         half = int(precision in HALF_PRECISIONS)
-        inputs = table.input_bytes[half]
+        inputs = table.input_bytes
         if not len(table):
             return inputs
         owns = table.free_step >= 0

@@ -95,7 +95,7 @@ class NodeTable:
     kernels: np.ndarray
     alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
-    input_bytes: tuple[float, float]  # the model's inputs (autocast keeps them float32)
+    input_bytes: float  # the model's inputs (autocast keeps them float32)
     # per sample (the batch-1 graph):
     flops1: np.ndarray
     read1: np.ndarray  # activation bytes read
@@ -121,7 +121,7 @@ class NodeTable:
         producers, entry = graph.producers, set(graph.entry_nodes)
         stays_f32: dict[int, bool] = {}  # per operator: its float32 output stays float32 under autocast
         for node in graph.nodes:
-            f32_in = f32_out = other = read1 = written1 = block_full = block_half = w_numel = w_bytes = 0
+            f32_in = f32_out = other = read1 = written1 = block_full = block_autocast = w_numel = w_bytes = 0
             for t in node.inputs:
                 count = prod(t.shape)
                 if t.dtype == "float32":
@@ -148,13 +148,13 @@ class NodeTable:
                 count = prod(t.shape)
                 if t.dtype == "float32":
                     f32_out += count
-                    size, half = 4, count * (4 if out_f32 else 2)
+                    size, autocast_size = 4, count * (4 if out_f32 else 2)
                 else:
                     size = dtype_size(t.dtype, 4)
                     other += count * size
-                    half = count * size
+                    autocast_size = count * size
                 block_full += -(-count * size // block) * block
-                block_half += -(-half // block) * block
+                block_autocast += -(-autocast_size // block) * block
                 written1 += (count // batch if len(t.shape) >= 2 else count) * size
             # Bytes of the float32 activations under autocast, and the cast kernels it adds: an
             # operator that runs in one precision first casts inputs of the other (reading them and
@@ -184,12 +184,11 @@ class NodeTable:
                 spatial = (*strides, *dilation, *padding, *pool_size)
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
                  attrs.get("kernels", 1), _aligned_numel(node) if conv else 0,
-                 node.flops, f32_in + f32_out, other, w_numel, w_bytes, block_full, block_half,
+                 node.flops, f32_in + f32_out, other, w_numel, w_bytes, block_full, block_autocast,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
                  *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
                  float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial,
                  autocast_bytes, casts, out_f32))
-        inputs = float(sum(t.nbytes for t in graph.inputs))
         width = 16 + MAX_RANK + len(SHAPE_COLUMNS)
         table = np.array(rows, dtype=np.float64).reshape(len(rows), width + 3)
         ints = table[:, :6].astype(np.int64)
@@ -198,7 +197,7 @@ class NodeTable:
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
             flops=table[:, 6], f32_numel=table[:, 7], other_bytes=table[:, 8], weight_numel=table[:, 9],
             weight_bytes=table[:, 10], alloc_bytes=table[:, 11:13], free_step=_free_steps(graph, ints[:, 2].astype(bool)),
-            input_bytes=(inputs, inputs), flops1=table[:, 13], read1=table[:, 14],
+            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 13], read1=table[:, 14],
             written1=table[:, 15], out_dims1=table[:, 16:16 + MAX_RANK], shape_attrs=table[:, 16 + MAX_RANK:width],
             autocast_bytes=table[:, width], autocast_casts=table[:, width + 1], autocast_f32=table[:, width + 2].astype(bool),
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
