@@ -18,7 +18,6 @@ from functools import cache
 import numpy as np
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.ops import AUTOCAST_KEEPS_WEIGHT_DTYPE, autocast_mode
 from dippm_nas.graph.model_graph import DTYPE_BYTES, ModelGraph, Node
 
 MAX_RANK = 5
@@ -118,10 +117,9 @@ class NodeTable:
         add, prod, dtype_size, block = rows.append, math.prod, DTYPE_BYTES.get, ALLOCATOR_BLOCK_BYTES
         pad = (0,) * MAX_RANK
         no_spatial = (0.0,) * (2 * len(SPATIAL_ATTRS))
-        producers, entry = graph.producers, set(graph.entry_nodes)
-        stays_f32: dict[int, bool] = {}  # per operator: its float32 output stays float32 under autocast
         for node in graph.nodes:
-            f32_in = f32_out = other = read1 = written1 = block_full = block_autocast = w_numel = w_bytes = 0
+            f32_in = f32_out = other = read1 = written1 = block_full = block_f32 = block_f32_half = w_numel = w_bytes = 0
+            f32_weight = False
             for t in node.inputs:
                 count = prod(t.shape)
                 if t.dtype == "float32":
@@ -131,46 +129,23 @@ class NodeTable:
                     size = dtype_size(t.dtype, 4)
                     other += count * size
                     read1 += (count // batch if len(t.shape) >= 2 else count) * size
-            # Under autocast: the share of float32 inputs that arrive in float32 (the model's own
-            # inputs do; which input came from which producer the graph does not keep, so mixed
-            # producers count in proportion), and what the operator runs in.
-            feeds, reads_input = producers[node.id], node.id in entry
-            sources = len(feeds) + reads_input
-            f32_share = (sum(stays_f32[p] for p in feeds) + reads_input) / sources if sources else 1.0
-            mode = autocast_mode(node.kind, node.category)
-            if mode == "widest":
-                out_f32 = f32_share > 0 or (node.kind not in AUTOCAST_KEEPS_WEIGHT_DTYPE and any(
-                    w.dtype == "float32" and prod(w.shape) > 1 for w in node.weights))
-            else:
-                out_f32 = mode == "float32"
-            stays_f32[node.id] = out_f32
             for t in node.outputs:
                 count = prod(t.shape)
                 if t.dtype == "float32":
                     f32_out += count
-                    size, autocast_size = 4, count * (4 if out_f32 else 2)
+                    size = 4
+                    block_f32 += -(-count * 4 // block) * block
+                    block_f32_half += -(-count * 2 // block) * block
                 else:
                     size = dtype_size(t.dtype, 4)
                     other += count * size
-                    autocast_size = count * size
                 block_full += -(-count * size // block) * block
-                block_autocast += -(-autocast_size // block) * block
                 written1 += (count // batch if len(t.shape) >= 2 else count) * size
-            # Bytes of the float32 activations under autocast, and the cast kernels it adds: an
-            # operator that runs in one precision first casts inputs of the other (reading them and
-            # writing a copy), then reads the copy.
-            f32_read, half_read = f32_in * f32_share, f32_in * (1 - f32_share)
-            if mode == "half":
-                autocast_bytes, casts = f32_in * 2 + f32_read * (4 + 2), int(f32_read > 0)
-            elif mode == "float32":
-                autocast_bytes, casts = f32_in * 4 + half_read * (2 + 4), int(half_read > 0)
-            else:
-                autocast_bytes, casts = f32_read * 4 + half_read * 2, 0
-            autocast_bytes += f32_out * (4 if out_f32 else 2)
             for t in node.weights:
                 count = prod(t.shape)
                 w_numel += count
                 w_bytes += count * dtype_size(t.dtype, 4)
+                f32_weight = f32_weight or (count > 1 and t.dtype == "float32")
             attrs = node.attrs
             category = node.category
             out = node.outputs[0].shape if node.outputs else ()
@@ -184,24 +159,79 @@ class NodeTable:
                 spatial = (*strides, *dilation, *padding, *pool_size)
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
                  attrs.get("kernels", 1), _aligned_numel(node) if conv else 0,
-                 node.flops, f32_in + f32_out, other, w_numel, w_bytes, block_full, block_autocast,
+                 node.flops, f32_in, f32_out, other, w_numel, w_bytes, block_full, block_f32, block_f32_half, f32_weight,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
                  *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
-                 float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial,
-                 autocast_bytes, casts, out_f32))
-        width = 16 + MAX_RANK + len(SHAPE_COLUMNS)
-        table = np.array(rows, dtype=np.float64).reshape(len(rows), width + 3)
+                 float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial))
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), 19 + MAX_RANK + len(SHAPE_COLUMNS))
         ints = table[:, :6].astype(np.int64)
+        f32_in, f32_out = table[:, 7], table[:, 8]
+        autocast = _autocast(graph, ints[:, 0], ints[:, 1], table[:, 15].astype(bool), f32_in, f32_out)
+        alloc_autocast = table[:, 12] - np.where(autocast.stays_f32, 0.0, table[:, 13] - table[:, 14])
         return cls(
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
-            flops=table[:, 6], f32_numel=table[:, 7], other_bytes=table[:, 8], weight_numel=table[:, 9],
-            weight_bytes=table[:, 10], alloc_bytes=table[:, 11:13], free_step=_free_steps(graph, ints[:, 2].astype(bool)),
-            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 13], read1=table[:, 14],
-            written1=table[:, 15], out_dims1=table[:, 16:16 + MAX_RANK], shape_attrs=table[:, 16 + MAX_RANK:width],
-            autocast_bytes=table[:, width], autocast_casts=table[:, width + 1], autocast_f32=table[:, width + 2].astype(bool),
+            flops=table[:, 6], f32_numel=f32_in + f32_out, other_bytes=table[:, 9], weight_numel=table[:, 10],
+            weight_bytes=table[:, 11], alloc_bytes=np.stack([table[:, 12], alloc_autocast], axis=1),
+            free_step=_free_steps(graph, ints[:, 2].astype(bool)),
+            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 16], read1=table[:, 17],
+            written1=table[:, 18], out_dims1=table[:, 19:19 + MAX_RANK], shape_attrs=table[:, 19 + MAX_RANK:],
+            autocast_bytes=autocast.bytes, autocast_casts=autocast.casts, autocast_f32=autocast.stays_f32,
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
+
+
+@cache
+def _autocast_rules() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """ops' autocast sets as masks: per kind, runs in half / runs in float32 / keeps its weights'
+    dtype; per category, runs in half."""
+    vocab = ops.vocabulary()
+    return (np.array([k in ops.AUTOCAST_HALF_KINDS for k in vocab]),
+            np.array([k in ops.AUTOCAST_FLOAT32_KINDS for k in vocab]),
+            np.array([k in ops.AUTOCAST_KEEPS_WEIGHT_DTYPE for k in vocab]),
+            np.array([c in ops.AUTOCAST_HALF_CATEGORIES for c in ops.CATEGORIES]))
+
+
+@dataclass(frozen=True, eq=False)
+class _Autocast:
+    stays_f32: np.ndarray  # the float32 output stays float32
+    bytes: np.ndarray  # what the float32 activations move, casts included
+    casts: np.ndarray  # cast kernels added
+
+
+def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_weight: np.ndarray,
+              f32_in: np.ndarray, f32_out: np.ndarray) -> _Autocast:
+    """Each operator under autocast (see :mod:`dippm_nas.graph.ops`): whether its output stays
+    float32, which follows its producers in graph order, and the bytes and casts that follow.
+
+    An operator that runs in one precision first casts inputs of the other (reading them and writing
+    a copy), then reads the copy; a "widest" one reads each input as it is. Which input came from
+    which producer the graph does not keep, so mixed producers count in proportion; the model's own
+    inputs arrive in float32."""
+    half_kind, f32_kind, keeps_weight_dtype, half_category = _autocast_rules()
+    n = len(kind)
+    half = half_category[category] | half_kind[kind]
+    float32 = ~half & f32_kind[kind]
+    widest = ~half & ~float32
+    entry = np.zeros(n, dtype=bool)
+    entry[list(graph.entry_nodes)] = True
+    src, dst = graph.edge_array.T
+    stays = (float32 | (widest & (entry | (f32_weight & ~keeps_weight_dtype[kind])))).tolist()
+    feeds = src[np.argsort(dst, kind="stable")].tolist()  # producers, grouped by consumer
+    indegree = np.bincount(dst, minlength=n)
+    bounds = np.concatenate([[0], np.cumsum(indegree)]).tolist()
+    for i in np.flatnonzero(widest & ~np.array(stays, dtype=bool)).tolist():  # producers come first
+        stays[i] = any([stays[p] for p in feeds[bounds[i]:bounds[i + 1]]])
+    stays_f32 = np.array(stays, dtype=bool)
+    sources = indegree + entry
+    share = np.divide(np.bincount(dst, weights=stays_f32[src], minlength=n) + entry, sources,
+                      out=np.ones(n), where=sources > 0)
+    f32_read, half_read = f32_in * share, f32_in * (1 - share)
+    read = np.where(half, f32_in * 2 + f32_read * (4 + 2),
+                    np.where(float32, f32_in * 4 + half_read * (2 + 4), f32_read * 4 + half_read * 2))
+    casts = (half & (f32_read > 0)) | (float32 & (half_read > 0))
+    return _Autocast(stays_f32, read + f32_out * np.where(stays_f32, 4, 2), casts.astype(np.float64))
+
 
 def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
     """Liveness as PyTorch eager sees it: a view shares its input's allocation; an allocation is freed
