@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 from dippm_nas.graph.model_graph import Tensor
 
@@ -65,6 +66,7 @@ AUTOCAST_FLOAT32_KINDS = frozenset({
 AUTOCAST_KEEPS_WEIGHT_DTYPE = frozenset({"batch_norm", "instance_norm"})
 
 
+@cache
 def autocast_mode(kind: str, category: str) -> str:
     """``"half"``, ``"float32"`` or ``"widest"`` (of the inputs): see the sets above."""
     if category in AUTOCAST_HALF_CATEGORIES or kind in AUTOCAST_HALF_KINDS:
