@@ -113,7 +113,7 @@ class AnalyticalCostModel:
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
         if half:
             # Autocast runs each operator in its own precision and casts activations between them
-            # (ops.autocast_mode). It also casts each fp32 weight of a tensor-core operator to half
+            # (the AUTOCAST_* sets in ops). It also casts each fp32 weight of a tensor-core operator to half
             # per forward: one more kernel that reads 4 bytes and writes 2 per element, and the
             # operator then reads the 2-byte copy.
             cast = tensor_core & table.has_weights

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
 
 from dippm_nas.graph.model_graph import Tensor
 
@@ -64,14 +63,6 @@ AUTOCAST_FLOAT32_KINDS = frozenset({
 #: Kinds that take float32 parameters with half inputs and stay in half (cuDNN's batch norm); for
 #: any other "widest" operator a float32 parameter of more than one element makes the output float32.
 AUTOCAST_KEEPS_WEIGHT_DTYPE = frozenset({"batch_norm", "instance_norm"})
-
-
-@cache
-def autocast_mode(kind: str, category: str) -> str:
-    """``"half"``, ``"float32"`` or ``"widest"`` (of the inputs): see the sets above."""
-    if category in AUTOCAST_HALF_CATEGORIES or kind in AUTOCAST_HALF_KINDS:
-        return "half"
-    return "float32" if kind in AUTOCAST_FLOAT32_KINDS else "widest"
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class NodeTable:
     f32_numel: np.ndarray  # float32 activations read and written
     autocast_bytes: np.ndarray  # what those move under half-precision autocast, its casts included
     autocast_casts: np.ndarray  # the cast kernels autocast adds
-    autocast_f32: np.ndarray  # the output stays float32 under autocast (see ops.autocast_mode)
+    autocast_f32: np.ndarray  # the output stays float32 under autocast (the AUTOCAST_* sets in ops)
     other_bytes: np.ndarray  # activations of other dtypes read and written
     weight_numel: np.ndarray
     weight_bytes: np.ndarray
