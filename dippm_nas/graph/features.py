@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.model_graph import MAC_CATEGORIES, ModelGraph
 from dippm_nas.graph.table import MAX_RANK, SHAPE_COLUMNS, NodeTable
 
 
@@ -78,7 +78,7 @@ def static_feature_names() -> list[str]:
     return base + [f"count={k}" for k in ops.vocabulary()]
 
 
-_MAC_CATEGORIES = np.array([c in ("conv", "matmul", "attention") for c in ops.CATEGORIES])
+_MAC_CATEGORIES = np.array([c in MAC_CATEGORIES for c in ops.CATEGORIES])
 
 
 def static_features(table: NodeTable) -> dict[str, float]:

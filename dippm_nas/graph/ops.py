@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dippm_nas.graph.model_graph import Tensor
+from dippm_nas.graph.model_graph import MAC_CATEGORIES, Tensor
 
 #: mean, variance, subtract, divide, scale-and-shift.
 NORM_FLOPS_PER_ELEMENT = 5
@@ -54,7 +54,7 @@ CATEGORIES = (
 #: up (layer_norm, group_norm, softmax, ... are on that list); everything else runs in the widest
 #: type of its inputs, so a half activation added to a float32 one (a residual stream after a layer
 #: norm, a position embedding, a layer-scale parameter) gives float32.
-AUTOCAST_HALF_CATEGORIES = frozenset({"conv", "matmul", "attention"})
+AUTOCAST_HALF_CATEGORIES = MAC_CATEGORIES  # autocast runs the multiply-accumulate operators in half
 AUTOCAST_HALF_KINDS = frozenset({"prelu"})
 AUTOCAST_FLOAT32_KINDS = frozenset({
     "layer_norm", "group_norm", "softmax", "log_softmax", "norm", "exp", "log", "power", "reciprocal",

@@ -221,11 +221,12 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
     entry = np.zeros(n, dtype=bool)
     entry[list(graph.entry_nodes)] = True
     src, dst = graph.edge_array.T
-    stays = (float32 | (widest & (entry | (f32_weight & ~keeps_weight_dtype[kind])))).tolist()
+    settled = float32 | (widest & (entry | (f32_weight & ~keeps_weight_dtype[kind])))
+    stays = settled.tolist()
     feeds = src[np.argsort(dst, kind="stable")].tolist()  # producers, grouped by consumer
     indegree = np.bincount(dst, minlength=n)
     bounds = np.concatenate([[0], np.cumsum(indegree)]).tolist()
-    for i in np.flatnonzero(widest & ~np.array(stays, dtype=bool)).tolist():  # producers come first
+    for i in np.flatnonzero(widest & ~settled).tolist():  # producers come first
         for p in feeds[bounds[i]:bounds[i + 1]]:
             if stays[p]:
                 stays[i] = True
