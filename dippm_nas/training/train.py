@@ -1,6 +1,6 @@
 """Fitting PMGNS: seeded, Huber loss on the log of measured over analytical, cosine schedule with
-warm-up, early stopping on validation MAPE, then a refit on training + validation records for the
-number of epochs early stopping chose."""
+warm-up, an exponential moving average of the weights, early stopping on validation MAPE, then a refit
+on training + validation records for the number of epochs early stopping chose."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ class TrainConfig:
     weight_decay: float = 1e-4
     hidden: int = 64
     warmup_epochs: int = 5
+    #: The model validated and kept is an exponential moving average of the weights, updated after
+    #: every step (half-life about 34 steps, about one epoch of the family split). Unseen families'
+    #: errors swung by 3 to 9 points from one epoch to the next with the raw weights, so early
+    #: stopping chose an epoch by chance (3 epochs for some seeds, inside the warm-up); the average
+    #: moves smoothly, with the same best validation error.
+    ema_decay: float = 0.98
     seed: int = 0
     #: After early stopping, train again on training + validation records (see :func:`fit_split`).
     refit: bool = True
@@ -131,7 +137,8 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     all_x = torch.cat([ts.x[g] for g in train_graphs])
     node_mean, node_std = all_x.mean(dim=0), torch.as_tensor(_floor_std(all_x.std(dim=0).numpy()), dtype=torch.float32)
     model = PMGNS(ts.x[0].shape[1], ts.static.shape[1], conv=config.conv, hidden=config.hidden)
-    fitted = Fitted(model, static_mean, static_std, node_mean, node_std, float("inf"), -1, 0, config)
+    average = copy.deepcopy(model).requires_grad_(False)
+    fitted = Fitted(average, static_mean, static_std, node_mean, node_std, float("inf"), -1, 0, config)
     xs = [fitted.normalize_nodes(x) for x in ts.x]
     static = fitted.normalize_static(ts.static)
     y = torch.tensor(log_ratio_targets(ts), dtype=torch.float32)
@@ -167,6 +174,7 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
             nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             optimizer.step()
             schedule.step()
+            _update_average(average, model, config.ema_decay)
         fitted.epochs_run = epoch + 1
         if config.stop_after is not None:
             continue
@@ -175,15 +183,24 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
         bar.set_postfix(val_mape=f"{val_mape:.3%}")
         if val_mape < fitted.best_val_mape:
             fitted.best_val_mape, fitted.best_epoch = val_mape, epoch
-            best_state, stale = copy.deepcopy(model.state_dict()), 0
+            best_state, stale = copy.deepcopy(average.state_dict()), 0
         else:
             stale += 1
             if stale >= config.patience:
                 break
     if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
+        average.load_state_dict(best_state)
+    average.eval()
     return fitted
+
+
+def _update_average(average: nn.Module, model: nn.Module, decay: float) -> None:
+    with torch.no_grad():
+        for kept, current in zip(average.state_dict().values(), model.state_dict().values()):
+            if kept.is_floating_point():
+                kept.lerp_(current, 1.0 - decay)
+            else:
+                kept.copy_(current)
 
 
 def final_training_records(split: Split, config: TrainConfig) -> np.ndarray:
