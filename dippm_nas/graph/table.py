@@ -35,10 +35,14 @@ TENSOR_CORE_CHANNEL_MULTIPLE = 8
 ALLOCATOR_BLOCK_BYTES = 512
 
 
-@cache
 def _indices() -> tuple[dict[str, int], dict[str, int]]:
-    """One-hot positions of kinds and categories; operators register at import, so they are fixed."""
-    return {k: i for i, k in enumerate(ops.vocabulary())}, {c: i for i, c in enumerate(ops.CATEGORIES)}
+    """One-hot positions of kinds and categories, for the vocabulary as it stands."""
+    return _indices_of(ops.vocabulary())
+
+
+@cache
+def _indices_of(vocabulary: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
+    return {k: i for i, k in enumerate(vocabulary)}, {c: i for i, c in enumerate(ops.CATEGORIES)}
 
 
 def _pair(value: object) -> tuple[float, float]:
@@ -187,10 +191,9 @@ class NodeTable:
 
 
 @cache
-def _autocast_rules() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """ops' autocast sets as masks: per kind, runs in half / runs in float32 / keeps its weights'
-    dtype; per category, runs in half."""
-    vocab = ops.vocabulary()
+def _autocast_rules(vocab: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """ops' autocast sets as masks over ``vocab``: per kind, runs in half / runs in float32 / keeps
+    its weights' dtype; per category, runs in half."""
     return (np.array([k in ops.AUTOCAST_HALF_KINDS for k in vocab]),
             np.array([k in ops.AUTOCAST_FLOAT32_KINDS for k in vocab]),
             np.array([k in ops.AUTOCAST_KEEPS_WEIGHT_DTYPE for k in vocab]),
@@ -213,7 +216,7 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
     a copy), then reads the copy; a "widest" one reads each input as it is. Which input came from
     which producer the graph does not keep, so mixed producers count in proportion; the model's own
     inputs arrive in float32."""
-    half_kind, f32_kind, keeps_weight_dtype, half_category = _autocast_rules()
+    half_kind, f32_kind, keeps_weight_dtype, half_category = _autocast_rules(ops.vocabulary())
     n = len(kind)
     half = half_category[category] | half_kind[kind]
     float32 = ~half & f32_kind[kind]
