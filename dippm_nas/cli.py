@@ -314,9 +314,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="featurize again the stored graphs whose key matches this glob, e.g. 'timm:sequencer*' "
                          "after a change to how their operators are read")
     ds.set_defaults(func=cmd_dataset)
-    for name, helptext, func in (("train", "train PMGNS on the data set and ship its weights", cmd_train),
-                                 ("evaluate", "every split and baseline; writes docs/accuracy.md", cmd_evaluate)):
-        t = sub.add_parser(name, help=helptext)
+    training = (
+        ("train", "train PMGNS on the data set and ship its weights",
+         "Fits PMGNS (GraphSAGE) on the random 70/15/15 split of data/records.csv as `evaluate` does: early "
+         "stopping on validation MAPE with a moving average of the weights, then a refit on training + "
+         "validation. Writes dippm_nas/cost/weights/pmgns.safetensors and its model card (JSON). Needs "
+         "`dippm-nas dataset --featurize` first; about 15 minutes on two cores.", cmd_train),
+        ("evaluate", "every split and baseline; writes docs/accuracy.md",
+         "Trains PMGNS on every split (random, families held out, RTX 3090 -> 4090 and back), scores it "
+         "against the analytical model, a log-linear regression and the paper's GNN variants on the test "
+         "records only, and writes docs/accuracy.md, docs/accuracy/results.json and the plots. About 40 "
+         "minutes on two cores.", cmd_evaluate),
+    )
+    for name, helptext, description, func in training:
+        t = sub.add_parser(name, help=helptext, description=description)
         t.add_argument("--epochs", type=int, default=60)
         t.add_argument("--patience", type=int, default=10, help="early stopping on validation MAPE")
         t.add_argument("--seed", type=int, default=0)
