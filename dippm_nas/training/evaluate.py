@@ -126,7 +126,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
              "tau between predicted and measured, share within +-10 %. Early stopping and every choice of "
              "hyper-parameters used the validation set only"
              + (": early stopping on it chose the number of epochs, then the model was trained again on training "
-                "+ validation records for that many epochs (never on test)." if config.refit else "."), ""]
+                "+ validation records for that many epochs (never on test)." if config.refit else ".")
+             + f" The model kept is a moving average of the weights (decay {config.ema_decay} per step).", ""]
     if ts.missing:
         lines += [f"{len(ts.missing)} graphs could not be featurized; their records are left out "
                   "(`data/graphs/failures.csv` lists them with the reason).", ""]
