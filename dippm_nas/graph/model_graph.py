@@ -151,6 +151,16 @@ class ModelGraph:
         return flat.reshape(-1, 2)
 
     @cached_property
+    def producers_by_consumer(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, producers)``, CSR-style: node i's producers, ascending, are
+        ``producers[rows[i]:rows[i + 1]]``. Both the autocast pass and the GNN's adjacency read it."""
+        pairs = self.edge_array
+        order = np.lexsort((pairs[:, 0], pairs[:, 1]))  # by consumer, then producer
+        rows = np.zeros(len(self.nodes) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pairs[:, 1], minlength=len(self.nodes)), out=rows[1:])
+        return rows, pairs[order, 0]
+
+    @cached_property
     def table(self) -> NodeTable:
         """The operators' numbers as columns, computed once per graph: every MIG slice, device and
         precision a graph is predicted for reads the same table."""

@@ -226,9 +226,9 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
     src, dst = graph.edge_array.T
     settled = float32 | (widest & (entry | (f32_weight & ~keeps_weight_dtype[kind])))
     stays = settled.tolist()
-    feeds = src[np.argsort(dst, kind="stable")].tolist()  # producers, grouped by consumer
-    indegree = np.bincount(dst, minlength=n)
-    bounds = np.concatenate([[0], np.cumsum(indegree)]).tolist()
+    rows, producers = graph.producers_by_consumer
+    indegree = np.diff(rows)
+    bounds, feeds = rows.tolist(), producers.tolist()
     for i in np.flatnonzero(widest & ~settled).tolist():  # producers come first
         for p in feeds[bounds[i]:bounds[i + 1]]:
             if stays[p]:
