@@ -22,8 +22,10 @@ import torch
 from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate, register_cost_model
 from dippm_nas.cost.pmgns import PMGNS, TARGETS
-from dippm_nas.graph.features import adjacency, node_feature_matrix
+from dippm_nas.graph import ops
+from dippm_nas.graph.features import adjacency, dense_node_features, node_feature_matrix, one_hot_width
 from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device
 from dippm_nas.training.train import standardize
 
@@ -105,6 +107,47 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@dataclass(frozen=True)
+class FoldedFirstLayer:
+    """The first GraphSAGE convolution's two linear maps folded into the node features' standardisation.
+
+    Most node-feature columns are one-hot (kind, category): standardised and clipped, such a column
+    takes one of two values, so its part of ``features @ W.T`` is a row of ``W`` looked up, not
+    multiplied. One prediction then costs two row lookups and a product over the few dense columns
+    per operator instead of a product over every column, the widest matrix product of the network.
+    By linearity the mean over producers commutes with the projection, so the output is the plain
+    path's up to rounding (``tests/training``)."""
+
+    base: torch.Tensor  # [2 * hidden]: the projections of an operator with every one-hot column off
+    switch: torch.Tensor  # [one-hot columns, 2 * hidden]: what turning each one on adds
+    dense_weight: torch.Tensor  # [dense columns, 2 * hidden]
+    dense_mean: torch.Tensor
+    dense_std: torch.Tensor
+    bias: torch.Tensor
+    n_kinds: int
+
+    @classmethod
+    def of(cls, model: PMGNS, card: Card) -> FoldedFirstLayer:
+        conv = model.convs[0]
+        weight = torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach()  # [2 * hidden, features]
+        k = one_hot_width()
+        off = standardize(torch.zeros(k), card.node_mean[:k], card.node_std[:k])
+        on = standardize(torch.ones(k), card.node_mean[:k], card.node_std[:k])
+        return cls(base=weight[:, :k] @ off, switch=(on - off)[:, None] * weight[:, :k].T,
+                   dense_weight=weight[:, k:].T.contiguous(), dense_mean=card.node_mean[k:], dense_std=card.node_std[k:],
+                   bias=conv.lin_l.bias.detach(), n_kinds=k - len(ops.CATEGORIES))
+
+    def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
+        """The first convolution's output for every operator."""
+        from torch_geometric.utils import spmm
+
+        dense = standardize(torch.from_numpy(dense_node_features(table)), self.dense_mean, self.dense_std)
+        kind, category = torch.from_numpy(table.kind), torch.from_numpy(table.category) + self.n_kinds
+        projected = self.base + self.switch[kind] + self.switch[category] + dense @ self.dense_weight
+        neighbours, own = projected.chunk(2, dim=1)
+        return spmm(adjacency, neighbours.contiguous(), reduce="mean") + self.bias + own
+
+
 class PMGNSCostModel:
     name = "pmgns"
 
@@ -124,6 +167,10 @@ class PMGNSCostModel:
     @cached_property
     def model(self) -> PMGNS:
         return self._loaded()[0]
+
+    @cached_property
+    def first_layer(self) -> FoldedFirstLayer | None:
+        return FoldedFirstLayer.of(self.model, self.card) if self.model.conv_name == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not."""
@@ -146,8 +193,7 @@ class PMGNSCostModel:
         with torch.inference_mode(), one_thread():
             raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)
             static = standardize(raw, self.card.static_mean, self.card.static_std)
-            x = standardize(node_feature_matrix(table), self.card.node_mean, self.card.node_std)
-            out = self.model(x, adjacency(graph), torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)[0]
+            out = self._correction(graph, static)[0]
         ratio = math.exp(float(out[0]))
         seen = graph.family in self.card.families
         return Estimate(
@@ -157,6 +203,15 @@ class PMGNSCostModel:
             notes=(f"PMGNS trained on {', '.join(self.card.devices)}; model family "
                    f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),
         )
+
+
+    def _correction(self, graph: ModelGraph, static: torch.Tensor) -> torch.Tensor:
+        adj = adjacency(graph)
+        if self.first_layer is not None:
+            embedding = self.model.embed_from(self.first_layer(graph.table, adj), adj, None, 1)
+            return self.model.correction(torch.cat([embedding, static], dim=1))
+        x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
+        return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)
 
 
 register_cost_model("pmgns", PMGNSCostModel)

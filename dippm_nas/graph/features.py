@@ -32,24 +32,35 @@ def node_feature_names() -> list[str]:
 
 def node_feature_matrix(table: NodeTable) -> torch.Tensor:
     """``[nodes, features]`` in the order of :func:`node_feature_names`: kind one-hot, category
-    one-hot, then the dense features, FLOPs, bytes, groups and dimensions as log(1 + x), and whether
-    the output stays float32 under autocast."""
-    n_kinds, n_cats = len(ops.vocabulary()), len(ops.CATEGORIES)
-    n = len(table)
-    x = np.zeros((n, n_kinds + n_cats + 4 + len(SHAPE_COLUMNS) + MAX_RANK + 1), dtype=np.float32)
-    if n:
-        rows = np.arange(n)
-        x[rows, table.kind] = 1.0
-        x[rows, n_kinds + table.category] = 1.0
-        counts = np.stack([table.flops1, table.read1 + table.weight_bytes, table.written1, table.weight_bytes], axis=1)
-        shape_attrs = table.shape_attrs.copy()
-        groups = SHAPE_COLUMNS.index("groups")
-        shape_attrs[:, groups] = np.log1p(np.maximum(shape_attrs[:, groups], 0.0))
-        dense = np.concatenate([np.log1p(np.maximum(counts, 0.0)), shape_attrs,
-                                np.log1p(np.maximum(table.out_dims1, 0.0))], axis=1)
-        x[:, n_kinds + n_cats:-1] = dense
-        x[:, -1] = table.autocast_f32
+    one-hot, then :func:`dense_node_features`."""
+    n_onehot = one_hot_width()
+    x = np.zeros((len(table), n_onehot + DENSE_NODE_FEATURES), dtype=np.float32)
+    rows = np.arange(len(table))
+    x[rows, table.kind] = 1.0
+    x[rows, len(ops.vocabulary()) + table.category] = 1.0
+    x[:, n_onehot:] = dense_node_features(table)
     return torch.from_numpy(x)
+
+
+#: FLOPs and bytes (4), operator attributes, output dimensions, whether the output stays float32.
+DENSE_NODE_FEATURES = 4 + len(SHAPE_COLUMNS) + MAX_RANK + 1
+
+
+def one_hot_width() -> int:
+    """The node features' leading one-hot columns: kinds, then categories."""
+    return len(ops.vocabulary()) + len(ops.CATEGORIES)
+
+
+def dense_node_features(table: NodeTable) -> np.ndarray:
+    """The node features after the one-hot columns: FLOPs, bytes, groups and dimensions as
+    log(1 + x), the other operator attributes as they are, and whether the output stays float32
+    under autocast."""
+    counts = np.stack([table.flops1, table.read1 + table.weight_bytes, table.written1, table.weight_bytes], axis=1)
+    shape_attrs = table.shape_attrs.copy()
+    groups = SHAPE_COLUMNS.index("groups")
+    shape_attrs[:, groups] = np.log1p(np.maximum(shape_attrs[:, groups], 0.0))
+    return np.concatenate([np.log1p(np.maximum(counts, 0.0)), shape_attrs, np.log1p(np.maximum(table.out_dims1, 0.0)),
+                           table.autocast_f32[:, None]], axis=1, dtype=np.float32)
 
 
 def edge_index(graph: ModelGraph) -> torch.Tensor:
