@@ -319,11 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
          "Fits PMGNS (GraphSAGE) on the random 70/15/15 split of data/records.csv as `evaluate` does: early "
          "stopping on validation MAPE with a moving average of the weights, then a refit on training + "
          "validation. Writes dippm_nas/cost/weights/pmgns.safetensors and its model card (JSON). Needs "
-         "`dippm-nas dataset --featurize` first; about 15 minutes on two cores.", cmd_train),
+         "`dippm-nas dataset --featurize` first; about 20 minutes on two cores.", cmd_train),
         ("evaluate", "every split and baseline; writes docs/accuracy.md",
          "Trains PMGNS on every split (random, families held out, RTX 3090 -> 4090 and back), scores it "
          "against the analytical model, a log-linear regression and the paper's GNN variants on the test "
-         "records only, and writes docs/accuracy.md, docs/accuracy/results.json and the plots. About 40 "
+         "records only, and writes docs/accuracy.md, docs/accuracy/results.json and the plots. About 55 "
          "minutes on two cores.", cmd_evaluate),
     )
     for name, helptext, description, func in training:
