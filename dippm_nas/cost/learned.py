@@ -204,8 +204,8 @@ class PMGNSCostModel:
                    f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),
         )
 
-
     def _correction(self, graph: ModelGraph, static: torch.Tensor) -> torch.Tensor:
+        """The network's log-ratios for one graph; a GraphSAGE network's first layer comes folded."""
         adj = adjacency(graph)
         if self.first_layer is not None:
             embedding = self.model.embed_from(self.first_layer(graph.table, adj), adj, None, 1)
