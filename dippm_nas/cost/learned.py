@@ -22,8 +22,8 @@ import torch
 from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate, register_cost_model
 from dippm_nas.cost.pmgns import PMGNS, TARGETS
-from dippm_nas.graph import ops
-from dippm_nas.graph.features import adjacency, dense_node_features, node_feature_matrix, one_hot_width
+from dippm_nas.graph.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
+                                     one_hot_width)
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device
@@ -124,7 +124,6 @@ class FoldedFirstLayer:
     dense_mean: torch.Tensor
     dense_std: torch.Tensor
     bias: torch.Tensor
-    n_kinds: int
 
     @classmethod
     def of(cls, model: PMGNS, card: Card) -> FoldedFirstLayer:
@@ -135,14 +134,14 @@ class FoldedFirstLayer:
         on = standardize(torch.ones(k), card.node_mean[:k], card.node_std[:k])
         return cls(base=weight[:, :k] @ off, switch=(on - off)[:, None] * weight[:, :k].T,
                    dense_weight=weight[:, k:].T.contiguous(), dense_mean=card.node_mean[k:], dense_std=card.node_std[k:],
-                   bias=conv.lin_l.bias.detach(), n_kinds=k - len(ops.CATEGORIES))
+                   bias=conv.lin_l.bias.detach())
 
     def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
         """The first convolution's output for every operator."""
         from torch_geometric.utils import spmm
 
         dense = standardize(torch.from_numpy(dense_node_features(table)), self.dense_mean, self.dense_std)
-        kind, category = torch.from_numpy(table.kind), torch.from_numpy(table.category) + self.n_kinds
+        kind, category = (torch.from_numpy(columns) for columns in one_hot_columns(table))
         projected = self.base + self.switch[kind] + self.switch[category] + dense @ self.dense_weight
         neighbours, own = projected.chunk(2, dim=1)
         return spmm(adjacency, neighbours.contiguous(), reduce="mean") + self.bias + own

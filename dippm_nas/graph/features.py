@@ -36,8 +36,8 @@ def node_feature_matrix(table: NodeTable) -> torch.Tensor:
     n_onehot = one_hot_width()
     x = np.zeros((len(table), n_onehot + DENSE_NODE_FEATURES), dtype=np.float32)
     rows = np.arange(len(table))
-    x[rows, table.kind] = 1.0
-    x[rows, len(ops.vocabulary()) + table.category] = 1.0
+    for columns in one_hot_columns(table):
+        x[rows, columns] = 1.0
     x[:, n_onehot:] = dense_node_features(table)
     return torch.from_numpy(x)
 
@@ -49,6 +49,11 @@ DENSE_NODE_FEATURES = 4 + len(SHAPE_COLUMNS) + MAX_RANK + 1
 def one_hot_width() -> int:
     """The node features' leading one-hot columns: kinds, then categories."""
     return len(ops.vocabulary()) + len(ops.CATEGORIES)
+
+
+def one_hot_columns(table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
+    """Each operator's two one-hot columns in the node features: its kind's and its category's."""
+    return table.kind, len(ops.vocabulary()) + table.category
 
 
 def dense_node_features(table: NodeTable) -> np.ndarray:
