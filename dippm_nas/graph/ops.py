@@ -221,7 +221,7 @@ register(("relax.nn.batch_norm", "relax.nn.layer_norm", "relax.nn.group_norm", "
 register(("relax.nn.softmax", "relax.nn.log_softmax"), "softmax", _softmax)
 register(("relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid",
           "relax.tanh", "relax.nn.leakyrelu", "relax.nn.prelu", "relax.nn.selu", "relax.nn.softplus",
-          "relax.nn.elu", "relax.nn.celu", "relax.hardswish", "relax.nn.hardswish", "relax.clip",
+          "relax.nn.elu", "relax.nn.celu", "relax.clip",
           "relax.erf", "relax.exp", "relax.log", "relax.sqrt", "relax.rsqrt", "relax.abs",
           "relax.negative", "relax.sin", "relax.cos", "relax.square", "relax.sign", "relax.floor",
           "relax.ceil", "relax.round", "relax.trunc", "relax.logical_not", "relax.isnan",
@@ -266,6 +266,9 @@ register_aten(("select_scatter.default", "slice_scatter.default"), "slice_scatte
 register_aten(("index.Tensor", "_unsafe_index.Tensor"), "index_tensor", "movement", _zero)
 register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "movement", _zero)
 register_aten("unfold.default", "reshape", "view", _zero)
+register_aten(("hardswish.default", "hardswish_.default"), "hardswish", "activation", _per_output)
+register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output)
+register_aten("roll.default", "roll", "movement", _zero)
 register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)
 # TVM unrolls LSTM and GRU into a dozen nodes per time step (27,000 for sequencer2d_s), each charged
 # a kernel; PyTorch runs each layer as one cuDNN call, and the torch frontend keeps it one node. Their

@@ -155,6 +155,34 @@ def test_featurizing_never_materializes_weights():
     assert all(p.device.type == "meta" for p in model.parameters())
 
 
+class HardActivationsAndRoll(nn.Module):
+    """MobileNetV3's activations and Swin's shifted windows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.Hardswish(inplace=True)
+        self.gate = nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.conv(x))
+        return torch.roll(y * self.gate(y.mean((2, 3), keepdim=True)), shifts=(1, 1), dims=(2, 3))
+
+
+def test_hard_activations_and_roll_are_one_kernel_each_as_in_pytorch():
+    """TVM spells hard swish as four elementwise operators and a roll over two axes as slices and two
+    concatenations; PyTorch eager runs one kernel for each, and the graph says so."""
+    g = build_graph(HardActivationsAndRoll(), (3, 8, 8), batch=2)
+    kinds = [n.kind for n in g.nodes]
+    assert kinds == ["conv2d", "hardswish", "mean", "hardsigmoid", "multiply", "roll"], kinds
+    assert not g.warnings
+    table = NodeTable.of(g)
+    roll, hardswish = kinds.index("roll"), kinds.index("hardswish")
+    assert table.kernels[hardswish] == table.kernels[roll] == 1
+    assert table.flops[hardswish] == 2 * 8 * 8 * 8  # one operation per output element
+    assert g.nodes[roll].outputs[0].shape == (2, 8, 8, 8)
+
+
 @pytest.mark.parametrize("layers,bidirectional", [(1, True), (2, False)])
 def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirectional):
     """TVM would unroll every time step into elementwise nodes; PyTorch runs one cuDNN call."""
