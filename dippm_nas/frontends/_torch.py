@@ -168,15 +168,16 @@ def _recurrent(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 def _kept_whole(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
     """An operator PyTorch eager runs as one kernel that TVM spells as several: hard swish becomes
     add, clip, divide and multiply there (four kernels and four passes over memory where PyTorch
-    makes one), and a roll over two axes four slices and two concatenations."""
+    makes one), a vector norm abs, power, sum and power, and a roll over two axes four slices and
+    two concatenations."""
     return _generic_converter(_op_name(node))(node, importer)
 
 
 #: Converters TVM's importer lacks or that we replace: plain Relax operators under another name, and
-#: operators kept whole (recurrent layers, hard activations).
+#: operators kept whole (recurrent layers, hard activations, vector norms, rolls).
 EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurrent, "gru.input": _recurrent,
-                    **{op: _kept_whole for op in ("hardswish.default", "hardswish_.default",
-                                                  "hardsigmoid.default", "hardsigmoid_.default", "roll.default")}}
+                    **{op: _kept_whole for op in ("hardswish.default", "hardswish_.default", "hardsigmoid.default",
+                                                  "hardsigmoid_.default", "linalg_vector_norm.default", "roll.default")}}
 
 
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,

@@ -268,6 +268,7 @@ register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "
 register_aten("unfold.default", "reshape", "view", _zero)
 register_aten(("hardswish.default", "hardswish_.default"), "hardswish", "activation", _per_output)
 register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output)
+register_aten("linalg_vector_norm.default", "norm", "reduce", _per_input)
 register_aten("roll.default", "roll", "movement", _zero)
 register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)
 # TVM unrolls LSTM and GRU into a dozen nodes per time step (27,000 for sequencer2d_s), each charged

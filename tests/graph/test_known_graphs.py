@@ -155,8 +155,8 @@ def test_featurizing_never_materializes_weights():
     assert all(p.device.type == "meta" for p in model.parameters())
 
 
-class HardActivationsAndRoll(nn.Module):
-    """MobileNetV3's activations and Swin's shifted windows."""
+class HardActivationsNormAndRoll(nn.Module):
+    """MobileNetV3's activations, Swin V2's cosine attention and Swin's shifted windows."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -166,19 +166,22 @@ class HardActivationsAndRoll(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.act(self.conv(x))
-        return torch.roll(y * self.gate(y.mean((2, 3), keepdim=True)), shifts=(1, 1), dims=(2, 3))
+        y = torch.roll(y * self.gate(y.mean((2, 3), keepdim=True)), shifts=(1, 1), dims=(2, 3))
+        return torch.linalg.vector_norm(y, dim=1)
 
 
-def test_hard_activations_and_roll_are_one_kernel_each_as_in_pytorch():
-    """TVM spells hard swish as four elementwise operators and a roll over two axes as slices and two
-    concatenations; PyTorch eager runs one kernel for each, and the graph says so."""
-    g = build_graph(HardActivationsAndRoll(), (3, 8, 8), batch=2)
+def test_hard_activations_norm_and_roll_are_one_kernel_each_as_in_pytorch():
+    """TVM spells hard swish as four elementwise operators, a vector norm as four and a roll over two
+    axes as slices and two concatenations; PyTorch eager runs one kernel for each, and the graph
+    says so."""
+    g = build_graph(HardActivationsNormAndRoll(), (3, 8, 8), batch=2)
     kinds = [n.kind for n in g.nodes]
-    assert kinds == ["conv2d", "hardswish", "mean", "hardsigmoid", "multiply", "roll"], kinds
+    assert kinds == ["conv2d", "hardswish", "mean", "hardsigmoid", "multiply", "roll", "norm"], kinds
     assert not g.warnings
     table = NodeTable.of(g)
     roll, hardswish = kinds.index("roll"), kinds.index("hardswish")
-    assert table.kernels[hardswish] == table.kernels[roll] == 1
+    assert table.kernels[hardswish] == table.kernels[roll] == table.kernels[-1] == 1
+    assert g.nodes[-1].outputs[0].shape == (2, 8, 8)
     assert table.flops[hardswish] == 2 * 8 * 8 * 8  # one operation per output element
     assert g.nodes[roll].outputs[0].shape == (2, 8, 8, 8)
 
