@@ -21,6 +21,7 @@ from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from dippm_nas.errors import ExportError, one_line
+from dippm_nas.graph import ops
 from dippm_nas.graph.from_relax import generic_call
 from dippm_nas.inputs import InputSpec
 
@@ -176,8 +177,7 @@ def _kept_whole(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 #: Converters TVM's importer lacks or that we replace: plain Relax operators under another name, and
 #: operators kept whole (recurrent layers, hard activations, vector norms, rolls).
 EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurrent, "gru.input": _recurrent,
-                    **{op: _kept_whole for op in ("hardswish.default", "hardswish_.default", "hardsigmoid.default",
-                                                  "hardsigmoid_.default", "linalg_vector_norm.default", "roll.default")}}
+                    **{op: _kept_whole for op in ops.kept_whole_aten()}}
 
 
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,

@@ -72,6 +72,9 @@ class OpSpec:
     category: str
     flops: FlopRule
     kernels: KernelRule | None = None
+    #: TVM's torch importer converts it into several operators where PyTorch eager runs one kernel:
+    #: the torch frontend keeps it one node instead.
+    kept_whole: bool = False
 
 
 _REGISTRY: dict[str, OpSpec] = {}
@@ -89,12 +92,12 @@ def register(names: str | tuple[str, ...], category: str, flops: FlopRule) -> No
 
 
 def register_aten(names: str | tuple[str, ...], kind: str, category: str, flops: FlopRule,
-                  kernels: KernelRule | None = None) -> None:
+                  kernels: KernelRule | None = None, kept_whole: bool = False) -> None:
     """Cost rules for an ATen operator kept as a generic node."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
     for name in (names,) if isinstance(names, str) else names:
-        _ATEN[name] = OpSpec(kind=kind, category=category, flops=flops, kernels=kernels)
+        _ATEN[name] = OpSpec(kind=kind, category=category, flops=flops, kernels=kernels, kept_whole=kept_whole)
     vocabulary.cache_clear()
 
 
@@ -104,6 +107,11 @@ def lookup(op_name: str) -> OpSpec | None:
 
 def lookup_aten(aten_name: str) -> OpSpec | None:
     return _ATEN.get(aten_name)
+
+
+def kept_whole_aten() -> tuple[str, ...]:
+    """The ATen operators the torch frontend keeps one node (see :attr:`OpSpec.kept_whole`)."""
+    return tuple(name for name, spec in _ATEN.items() if spec.kept_whole)
 
 
 @cache
@@ -266,10 +274,10 @@ register_aten(("select_scatter.default", "slice_scatter.default"), "slice_scatte
 register_aten(("index.Tensor", "_unsafe_index.Tensor"), "index_tensor", "movement", _zero)
 register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "movement", _zero)
 register_aten("unfold.default", "reshape", "view", _zero)
-register_aten(("hardswish.default", "hardswish_.default"), "hardswish", "activation", _per_output)
-register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output)
-register_aten("linalg_vector_norm.default", "norm", "reduce", _per_input)
-register_aten("roll.default", "roll", "movement", _zero)
+register_aten(("hardswish.default", "hardswish_.default"), "hardswish", "activation", _per_output, kept_whole=True)
+register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output, kept_whole=True)
+register_aten("linalg_vector_norm.default", "norm", "reduce", _per_input, kept_whole=True)
+register_aten("roll.default", "roll", "movement", _zero, kept_whole=True)
 register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)
 # TVM unrolls LSTM and GRU into a dozen nodes per time step (27,000 for sequencer2d_s), each charged
 # a kernel; PyTorch runs each layer as one cuDNN call, and the torch frontend keeps it one node. Their
