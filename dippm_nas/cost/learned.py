@@ -107,44 +107,56 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _sage_output(projected: torch.Tensor, adjacency: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A GraphSAGE convolution from its inputs projected by both linear maps at once (``[n, 2 *
+    hidden]``: neighbour half, own half): by linearity the mean over producers commutes with the
+    projection, so one matrix product and one sparse mean replace SAGEConv's two products."""
+    from torch_geometric.utils import spmm
+
+    neighbours, own = projected.chunk(2, dim=1)
+    return spmm(adjacency, neighbours.contiguous(), reduce="mean") + bias + own
+
+
 @dataclass(frozen=True)
-class FoldedFirstLayer:
-    """The first GraphSAGE convolution's two linear maps folded into the node features' standardisation.
+class FusedSage:
+    """A GraphSAGE network's convolutions, rearranged for one prediction; the output is the plain
+    network's up to rounding (``tests/training``).
 
-    Most node-feature columns are one-hot (kind, category): standardised and clipped, such a column
-    takes one of two values, so its part of ``features @ W.T`` is a row of ``W`` looked up, not
-    multiplied. One prediction then costs two row lookups and a product over the few dense columns
-    per operator instead of a product over every column, the widest matrix product of the network.
-    By linearity the mean over producers commutes with the projection, so the output is the plain
-    path's up to rounding (``tests/training``)."""
+    The first convolution is folded into the node features' standardisation: most node-feature
+    columns are one-hot (kind, category), and standardised and clipped such a column takes one of
+    two values, so its part of ``features @ W.T`` is a row of ``W`` looked up, not multiplied. Each
+    later convolution is one product with its two linear maps stacked (:func:`_sage_output`), without
+    torch-geometric's message-passing dispatch, which took longer than the arithmetic."""
 
-    base: torch.Tensor  # [2 * hidden]: the projections of an operator with every one-hot column off
+    base: torch.Tensor  # [2 * hidden]: the first projections of an operator with every one-hot column off
     switch: torch.Tensor  # [one-hot columns, 2 * hidden]: what turning each one on adds
     dense_weight: torch.Tensor  # [dense columns, 2 * hidden]
     dense_mean: torch.Tensor
     dense_std: torch.Tensor
-    bias: torch.Tensor
+    stacked: tuple[torch.Tensor, ...]  # per convolution: [input width, 2 * hidden], both linear maps
+    biases: tuple[torch.Tensor, ...]
+    norms: tuple[torch.nn.Module, ...]
 
     @classmethod
-    def of(cls, model: PMGNS, card: Card) -> FoldedFirstLayer:
-        conv = model.convs[0]
-        weight = torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach()  # [2 * hidden, features]
+    def of(cls, model: PMGNS, card: Card) -> FusedSage:
+        stacked = tuple(torch.cat([c.lin_l.weight, c.lin_r.weight]).detach().T.contiguous() for c in model.convs)
         k = one_hot_width()
         off = standardize(torch.zeros(k), card.node_mean[:k], card.node_std[:k])
         on = standardize(torch.ones(k), card.node_mean[:k], card.node_std[:k])
-        return cls(base=weight[:, :k] @ off, switch=(on - off)[:, None] * weight[:, :k].T,
-                   dense_weight=weight[:, k:].T.contiguous(), dense_mean=card.node_mean[k:], dense_std=card.node_std[k:],
-                   bias=conv.lin_l.bias.detach())
+        first = stacked[0]
+        return cls(base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
+                   dense_mean=card.node_mean[k:], dense_std=card.node_std[k:], stacked=stacked,
+                   biases=tuple(c.lin_l.bias.detach() for c in model.convs), norms=tuple(model.norms))
 
     def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
-        """The first convolution's output for every operator."""
-        from torch_geometric.utils import spmm
-
+        """Every operator's output of the last convolution block."""
         dense = standardize(torch.from_numpy(dense_node_features(table)), self.dense_mean, self.dense_std)
         kind, category = (torch.from_numpy(columns) for columns in one_hot_columns(table))
         projected = self.base + self.switch[kind] + self.switch[category] + dense @ self.dense_weight
-        neighbours, own = projected.chunk(2, dim=1)
-        return spmm(adjacency, neighbours.contiguous(), reduce="mean") + self.bias + own
+        h = torch.relu(self.norms[0](_sage_output(projected, adjacency, self.biases[0])))
+        for weight, bias, norm in zip(self.stacked[1:], self.biases[1:], self.norms[1:]):
+            h = torch.relu(norm(_sage_output(h @ weight, adjacency, bias)))
+        return h
 
 
 class PMGNSCostModel:
@@ -168,8 +180,8 @@ class PMGNSCostModel:
         return self._loaded()[0]
 
     @cached_property
-    def first_layer(self) -> FoldedFirstLayer | None:
-        return FoldedFirstLayer.of(self.model, self.card) if self.model.conv_name == "sage" else None
+    def fused(self) -> FusedSage | None:
+        return FusedSage.of(self.model, self.card) if self.model.conv_name == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not."""
@@ -204,10 +216,10 @@ class PMGNSCostModel:
         )
 
     def _correction(self, graph: ModelGraph, static: torch.Tensor) -> torch.Tensor:
-        """The network's log-ratios for one graph; a GraphSAGE network's first layer comes folded."""
+        """The network's log-ratios for one graph; a GraphSAGE network's convolutions come fused."""
         adj = adjacency(graph)
-        if self.first_layer is not None:
-            embedding = self.model.embed_from(self.first_layer(graph.table, adj), adj, None, 1)
+        if self.fused is not None:
+            embedding = self.model.pool(self.fused(graph.table, adj), None, 1)
             return self.model.correction(torch.cat([embedding, static], dim=1))
         x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
         return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)

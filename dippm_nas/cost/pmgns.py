@@ -76,17 +76,15 @@ class PMGNS(nn.Module):
 
     def embed(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, graphs: int) -> torch.Tensor:
         """One embedding per graph: mean and max over its operators after the convolutions."""
-        return self.embed_from(self.convs[0](x, edge_index), edge_index, batch, graphs)
+        h = x
+        for conv, norm in zip(self.convs, self.norms):
+            h = torch.relu(norm(conv(h, edge_index)))
+        return self.pool(h, batch, graphs)
 
-    def embed_from(self, first: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor | None,
-                   graphs: int) -> torch.Tensor:
-        """:meth:`embed` from the first convolution's output, however it was computed (one prediction
-        folds it into the features' standardisation: :class:`dippm_nas.cost.learned.FoldedFirstLayer`)."""
+    @staticmethod
+    def pool(h: torch.Tensor, batch: torch.Tensor | None, graphs: int) -> torch.Tensor:
         from torch_geometric.nn import global_max_pool, global_mean_pool
 
-        h = torch.relu(self.norms[0](first))
-        for conv, norm in zip(self.convs[1:], self.norms[1:]):
-            h = torch.relu(norm(conv(h, edge_index)))
         if graphs == 1:  # a prediction: the same pooling without the scatter
             return torch.cat([h.mean(0, keepdim=True), h.amax(0, keepdim=True)], dim=1)
         return torch.cat([global_mean_pool(h, batch, graphs), global_max_pool(h, batch, graphs)], dim=1)

@@ -147,8 +147,9 @@ def test_shipped_weights_used_where_trained_and_not_elsewhere():
     assert not raw.startswith(b"\x80")  # safetensors, never a pickle
 
 
-def test_folded_first_layer_gives_the_plain_networks_prediction():
-    """One prediction folds the first convolution into the features' standardisation, for speed only."""
+def test_fused_convolutions_give_the_plain_networks_prediction():
+    """One prediction folds the first convolution into the features' standardisation and stacks each
+    later one's two linear maps, for speed only."""
     from dataclasses import replace
 
     from dippm_nas import build_graph
@@ -158,14 +159,14 @@ def test_folded_first_layer_gives_the_plain_networks_prediction():
     if not available():
         pytest.skip("no shipped weights (run `dippm-nas train`)")
     learned = PMGNSCostModel()
-    assert learned.first_layer is not None  # GraphSAGE: folded
+    assert learned.fused is not None  # GraphSAGE: fused
     for name in ("resnet18", "vit_tiny_patch16_224"):
         graph = build_graph(name, batch=16)
-        folded = learned.estimate(replace(graph), get_device("rtx4090"), "fp16").latency_ms
-        learned.__dict__["first_layer"] = None  # the cached property, overridden: the plain network
+        fused = learned.estimate(replace(graph), get_device("rtx4090"), "fp16").latency_ms
+        learned.__dict__["fused"] = None  # the cached property, overridden: the plain network
         plain = learned.estimate(replace(graph), get_device("rtx4090"), "fp16").latency_ms
-        del learned.__dict__["first_layer"]
-        assert folded == pytest.approx(plain, rel=1e-5)
+        del learned.__dict__["fused"]
+        assert fused == pytest.approx(plain, rel=1e-5)
 
 
 def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training_set, tmp_path):
