@@ -83,6 +83,7 @@ class PMGNS(nn.Module):
 
     @staticmethod
     def pool(h: torch.Tensor, batch: torch.Tensor | None, graphs: int) -> torch.Tensor:
+        """Mean and max over each graph's operators; one prediction's fused path pools the same way."""
         from torch_geometric.nn import global_max_pool, global_mean_pool
 
         if graphs == 1:  # a prediction: the same pooling without the scatter
