@@ -133,9 +133,9 @@ class FusedSage:
     dense_weight: torch.Tensor  # [dense columns, 2 * hidden]
     dense_mean: torch.Tensor
     dense_std: torch.Tensor
-    stacked: tuple[torch.Tensor, ...]  # per convolution: [input width, 2 * hidden], both linear maps
-    biases: tuple[torch.Tensor, ...]
-    norms: tuple[torch.nn.Module, ...]
+    later: tuple[torch.Tensor, ...]  # per convolution after the first: [hidden, 2 * hidden], both linear maps
+    biases: tuple[torch.Tensor, ...]  # per convolution, the first included
+    norms: tuple[torch.nn.Module, ...]  # per convolution, the first included
 
     @classmethod
     def of(cls, model: PMGNS, card: Card) -> FusedSage:
@@ -145,7 +145,7 @@ class FusedSage:
         on = standardize(torch.ones(k), card.node_mean[:k], card.node_std[:k])
         first = stacked[0]
         return cls(base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
-                   dense_mean=card.node_mean[k:], dense_std=card.node_std[k:], stacked=stacked,
+                   dense_mean=card.node_mean[k:], dense_std=card.node_std[k:], later=stacked[1:],
                    biases=tuple(c.lin_l.bias.detach() for c in model.convs), norms=tuple(model.norms))
 
     def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
@@ -154,7 +154,7 @@ class FusedSage:
         kind, category = (torch.from_numpy(columns) for columns in one_hot_columns(table))
         projected = self.base + self.switch[kind] + self.switch[category] + dense @ self.dense_weight
         h = torch.relu(self.norms[0](_sage_output(projected, adjacency, self.biases[0])))
-        for weight, bias, norm in zip(self.stacked[1:], self.biases[1:], self.norms[1:]):
+        for weight, bias, norm in zip(self.later, self.biases[1:], self.norms[1:]):
             h = torch.relu(norm(_sage_output(h @ weight, adjacency, bias)))
         return h
 
