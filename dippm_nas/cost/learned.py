@@ -192,7 +192,7 @@ class PMGNSCostModel:
         return None
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
-        from dippm_nas.training.dataset import record_features
+        from dippm_nas.training.dataset import record_inputs
 
         reason = self.covers(device, precision)
         if reason:
@@ -200,11 +200,12 @@ class PMGNSCostModel:
         table = graph.table  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_version}
-        feats, analytical = record_features(table, request, self.analytical)
+        inputs = record_inputs(table, request, self.analytical)
+        analytical = inputs.estimate
         with torch.inference_mode(), one_thread():
-            raw = torch.tensor([[feats[n] for n in self.card.static_features]], dtype=torch.float32)
+            raw = torch.tensor([[inputs.features[n] for n in self.card.static_features]], dtype=torch.float32)
             static = standardize(raw, self.card.static_mean, self.card.static_std)
-            out = self._correction(graph, static)[0]
+            out = self._correction(graph, static, torch.from_numpy(inputs.time_share)[None])[0]
         ratio = math.exp(float(out[0]))
         seen = graph.family in self.card.families
         return Estimate(
@@ -215,14 +216,15 @@ class PMGNSCostModel:
                    f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),
         )
 
-    def _correction(self, graph: ModelGraph, static: torch.Tensor) -> torch.Tensor:
+    def _correction(self, graph: ModelGraph, static: torch.Tensor, time_share: torch.Tensor) -> torch.Tensor:
         """The network's log-ratios for one graph; a GraphSAGE network's convolutions come fused."""
         adj = adjacency(graph)
         if self.fused is not None:
-            embedding = self.model.pool(self.fused(graph.table, adj), None, 1)
+            embedding = self.model.readout(self.fused(graph.table, adj), None, None, time_share)
             return self.model.correction(torch.cat([embedding, static], dim=1))
         x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
-        return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static)
+        return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
+                          time_share)
 
 
 register_cost_model("pmgns", PMGNSCostModel)

@@ -1,5 +1,6 @@
-"""Records + graph store -> tensors for training: node features per graph, static features and the
-analytical estimate per record, targets as measured values (missing ones are NaN)."""
+"""Records + graph store -> tensors for training: node features per graph; per record the static
+features, the analytical estimate, its operators' shares of that estimate's latency, and the targets
+as measured values (missing ones are NaN)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,17 @@ def _torch_version(text: str) -> float:
         return 0.0
 
 
-def record_features(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> tuple[dict[str, float], Estimate]:
-    """Static features of one configuration and its analytical estimate (without per-operator costs).
+@dataclass(frozen=True, eq=False)
+class RecordInputs:
+    """What PMGNS reads of one configuration besides its graph's node features."""
 
-    ``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device,
+    features: dict[str, float]  # static features by name
+    estimate: Estimate  # the analytical model's (without per-operator costs)
+    time_share: np.ndarray  # each operator's share of the analytical latency, in graph order
+
+
+def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> RecordInputs:
+    """``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device,
     precision, layout and torch: a Record or a prediction request alike."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
@@ -70,7 +78,8 @@ def record_features(table: NodeTable, record_like: dict, analytical: AnalyticalC
         feats[f"time_share_{bound}"] = roofline.share(bound)
     for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, estimate.memory_mib)):
         feats[f"log_analytical_{name}"] = math.log(value)
-    return feats, estimate
+    share = roofline.time_s / roofline.time_s.sum()  # positive, as the latency is
+    return RecordInputs(feats, estimate, share.astype(np.float32))
 
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,6 +97,7 @@ class TrainingSet:
     static_names: list[str]
     analytical: np.ndarray
     targets: np.ndarray
+    time_share: list[np.ndarray]  # per record: its operators' shares of the analytical latency
     missing: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -119,6 +129,7 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     analytical = AnalyticalCostModel()
     statics: list[list[float]] = [[] for _ in kept]
     estimates: list[list[float]] = [[] for _ in kept]
+    shares: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in kept]
     names: list[str] = []
     # Records of other devices, precisions and runtimes share a (graph, batch): its table is built once.
     by_config = sorted(range(len(kept)), key=lambda i: (kept[i].graph_key, kept[i].batch))
@@ -126,14 +137,16 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
         for (key, batch), group in itertools.groupby(by_config, key=lambda i: (kept[i].graph_key, kept[i].batch)):
             table = scale_batch(graphs[key], batch).table
             for i in group:
-                feats, est = record_features(table, asdict(kept[i]), analytical)
-                names = names or list(feats)
-                statics[i] = [feats[n] for n in names]
+                inputs = record_inputs(table, asdict(kept[i]), analytical)
+                names = names or list(inputs.features)
+                statics[i] = [inputs.features[n] for n in names]
+                est = inputs.estimate
                 estimates[i] = [est.latency_ms, est.energy_j, est.memory_mib]
+                shares[i] = inputs.time_share
                 bar.update()
     targets = np.array([[np.nan if getattr(r, t) is None else getattr(r, t) for t in TARGETS] for r in kept])
     return TrainingSet(
         records=kept, graph_keys=keys, x=[t[0] for t in tensors], edges=[t[1] for t in tensors],
         graph_of=np.array([index[r.graph_key] for r in kept]), static=np.array(statics, dtype=np.float64),
-        static_names=names, analytical=np.array(estimates), targets=targets, missing=missing,
+        static_names=names, analytical=np.array(estimates), targets=targets, time_share=shares, missing=missing,
     )

@@ -97,16 +97,20 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def _collate(xs: list[torch.Tensor], edges: list[torch.Tensor], graph_ids: np.ndarray):
-    unique, graph_of = np.unique(graph_ids, return_inverse=True)
-    parts_x, parts_e, sizes, offset = [], [], [], 0
-    for g in unique:
-        parts_x.append(xs[g])
-        parts_e.append(edges[g] + offset)
-        sizes.append(xs[g].shape[0])
-        offset += xs[g].shape[0]
-    batch = torch.repeat_interleave(torch.arange(len(unique)), torch.tensor(sizes))
-    return torch.cat(parts_x), torch.cat(parts_e, dim=1), batch, torch.as_tensor(graph_of)
+def _collate(ts: TrainingSet, xs: list[torch.Tensor], idx: np.ndarray):
+    """The graphs of records ``idx`` as one disconnected graph, each graph once, and the records'
+    time shares as a sparse ``[records, operators]`` matrix over it."""
+    unique, graph_of = np.unique(ts.graph_of[idx], return_inverse=True)
+    sizes = np.array([xs[g].shape[0] for g in unique])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    edges = torch.cat([ts.edges[g] + int(offset) for g, offset in zip(unique, offsets)], dim=1)
+    batch = torch.repeat_interleave(torch.arange(len(unique)), torch.as_tensor(sizes))
+    rows = np.repeat(np.arange(len(idx)), sizes[graph_of])
+    columns = np.concatenate([offsets[g] + np.arange(sizes[g]) for g in graph_of])
+    share = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, columns])),
+                                    torch.from_numpy(np.concatenate([ts.time_share[r] for r in idx])),
+                                    (len(idx), int(sizes.sum())), is_coalesced=True)
+    return torch.cat([xs[g] for g in unique]), edges, batch, torch.as_tensor(graph_of), share
 
 
 def log_ratio_targets(ts: TrainingSet) -> np.ndarray:
@@ -115,8 +119,8 @@ def log_ratio_targets(ts: TrainingSet) -> np.ndarray:
 
 def _forward(model: PMGNS, ts: TrainingSet, xs: list[torch.Tensor], static: torch.Tensor,
              idx: np.ndarray) -> torch.Tensor:
-    x, e, b, g = _collate(xs, ts.edges, ts.graph_of[idx])
-    return model(x, e, b, g, static[idx])
+    x, e, b, g, share = _collate(ts, xs, idx)
+    return model(x, e, b, g, static[idx], share)
 
 
 def predict_log_ratio(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, batch_size: int = 256,

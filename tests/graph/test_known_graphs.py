@@ -243,7 +243,9 @@ def test_adjacency_and_edge_index_give_the_same_pmgns_output(small_cnn, conv):
     x = node_feature_matrix(NodeTable.of(g))
     model = PMGNS(x.shape[1], 4, conv=conv, hidden=16).eval()
     nodes, graphs, static = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), torch.randn(1, 4)
+    share = torch.rand(1, len(x))
+    share /= share.sum()
     with torch.inference_mode():
-        a = model(x, edge_index(g), nodes, graphs, static)
-        b = model(x, adjacency(g), nodes, graphs, static)
+        a = model(x, edge_index(g), nodes, graphs, static, share)
+        b = model(x, adjacency(g), nodes, graphs, static, share)
     assert torch.allclose(a, b, atol=1e-5)

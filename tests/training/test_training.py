@@ -78,6 +78,8 @@ def test_train_save_load_predict(small_training_set, tmp_path):
 
     ts = small_training_set
     assert ts.static.shape[0] == len(ts.records) and np.isnan(ts.targets[:, 1]).all()
+    # each record weighs its own graph's operators, by the analytical time of its batch and device
+    assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4) for s, g in zip(ts.time_share, ts.graph_of))
     split = random_split(len(ts.records), seed=0)
     config = TrainConfig(epochs=4, patience=10, batch_size=16)
     a = fit(ts, split.train, split.val, config, progress=False)
