@@ -95,7 +95,6 @@ def _stages(learned, graphs, device, rounds: int) -> dict[str, float]:
 
     from dippm_nas.cost.learned import one_thread
     from dippm_nas.training.dataset import record_inputs
-    from dippm_nas.training.train import standardize
 
     request = {"batch": graphs[0].batch, "device": device.key, "precision": "fp16", "layout": "nchw",
                "torch": learned.card.torch_version}
@@ -110,9 +109,7 @@ def _stages(learned, graphs, device, rounds: int) -> dict[str, float]:
             inputs = record_inputs(table, request, learned.analytical)
             t2 = time.perf_counter()
             with torch.inference_mode(), one_thread():
-                raw = torch.tensor([[inputs.features[n] for n in learned.card.static_features]], dtype=torch.float32)
-                learned._correction(g, standardize(raw, learned.card.static_mean, learned.card.static_std),
-                                    torch.from_numpy(inputs.time_share)[None])
+                learned._correction(g, inputs)
             t3 = time.perf_counter()
             for name, (a, b) in zip(stages, ((start, t1), (t1, t2), (t2, t3))):
                 stages[name].append((b - a) * 1e3)

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device
 from dippm_nas.training.train import standardize
+
+if TYPE_CHECKING:
+    from dippm_nas.training.dataset import RecordInputs
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
@@ -203,9 +207,7 @@ class PMGNSCostModel:
         inputs = record_inputs(table, request, self.analytical)
         analytical = inputs.estimate
         with torch.inference_mode(), one_thread():
-            raw = torch.tensor([[inputs.features[n] for n in self.card.static_features]], dtype=torch.float32)
-            static = standardize(raw, self.card.static_mean, self.card.static_std)
-            out = self._correction(graph, static, torch.from_numpy(inputs.time_share)[None])[0]
+            out = self._correction(graph, inputs)[0]
         ratio = math.exp(float(out[0]))
         seen = graph.family in self.card.families
         return Estimate(
@@ -216,8 +218,12 @@ class PMGNSCostModel:
                    f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),
         )
 
-    def _correction(self, graph: ModelGraph, static: torch.Tensor, time_share: torch.Tensor) -> torch.Tensor:
-        """The network's log-ratios for one graph; a GraphSAGE network's convolutions come fused."""
+    def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:
+        """The network's log-ratios for one configuration of ``graph``; a GraphSAGE network's
+        convolutions come fused."""
+        raw = torch.tensor([[inputs.features[n] for n in self.card.static_features]], dtype=torch.float32)
+        static = standardize(raw, self.card.static_mean, self.card.static_std)
+        time_share = torch.from_numpy(inputs.time_share)[None]
         adj = adjacency(graph)
         if self.fused is not None:
             embedding = self.model.readout(self.fused(graph.table, adj), None, None, time_share)
@@ -225,6 +231,5 @@ class PMGNSCostModel:
         x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
         return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
                           time_share)
-
 
 register_cost_model("pmgns", PMGNSCostModel)

@@ -18,8 +18,9 @@ operator :math:`v`. The plain mean and max give every operator the same weight, 
 of real kernels is that of the few operators that take the time, and which ones those are changes with
 the batch and the device: at batch 1 launch overheads spread the time over every operator, at batch
 256 the large convolutions hold it.
-So the physics carries what the data does not cover (a new device or size changes the analytical term
-and the weights), and the network learns only the efficiency of real kernels. GraphSAGE is the default
+Predicting a correction to the analytical model lets the physics carry what the data does not cover
+(a new device or size changes the analytical term and the weights), and the network learns only the
+efficiency of real kernels. GraphSAGE is the default
 convolution; GCN, GAT and GIN are registered for the paper's comparison, and ``mlp`` drops the graph.
 
 The time-weighted read-out was chosen on the family split's validation set (no refit, one thread,
