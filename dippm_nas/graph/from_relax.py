@@ -9,6 +9,9 @@ materialised converts in milliseconds. Three rules keep the graph close to what 
 * a bias ``add`` right after a convolution or matmul is that operator's epilogue, as in cuDNN and
   cuBLAS kernels: it becomes one more weight of the producer, not a node;
 * tuples and tuple indexing are plumbing, not operators: edges go straight through them.
+
+It also follows each activation's memory layout, to add the copies PyTorch eager makes where a
+view is impossible (:mod:`dippm_nas.graph.eager_layout`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
-from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
+from dippm_nas.graph import eager_layout, ops
+from dippm_nas.graph.model_graph import ModelGraph, Node, Shape, Tensor
 
 GENERIC_OP_PREFIX = "dippm.generic."
 
@@ -43,10 +46,12 @@ def _is_scalar_constant(expr: relax.Expr) -> bool:
 
 @dataclass(frozen=True)
 class _Act:
-    """An activation: produced by these nodes (none for a model input)."""
+    """An activation: produced by these nodes (none for a model input), with the strides eager
+    gives it (None where contiguous)."""
 
     producers: tuple[int, ...]
     tensor: Tensor
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -217,17 +222,25 @@ class _Converter:
             return fused
 
         spec = ops.lookup_aten(op_name) if generic else ops.lookup(op_name)
+        kind, category = (spec.kind, spec.category) if spec else ("other", "other")
         attrs = attrs_to_dict(value.attrs)
         if generic:
             attrs["aten"] = op_name
             extern = value.args[0]
             if isinstance(extern, relax.ExternFunc) and extern.attrs is not None:
                 attrs.update({str(k): _plain(v) for k, v in extern.attrs.items()})
+        layout = eager_layout.layout_of(
+            op_name, kind, category, [(l.tensor.shape, l.strides if isinstance(l, _Act) else None) for l in leaves],
+            attrs, [t.shape for t in outs])
+        for index, shape in layout.copies:
+            if isinstance(leaves[index], _Act):
+                leaves[index] = self.copy(leaves[index], shape)
+        acts = [leaf for leaf in leaves if isinstance(leaf, _Act)]
         node = _NodeDraft(
             id=len(self.nodes),
             op=op_name,
-            kind=spec.kind if spec else "other",
-            category=spec.category if spec else "other",
+            kind=kind,
+            category=category,
             attrs=attrs,
             args=[leaf.tensor for leaf in leaves],
             inputs=[a.tensor for a in acts],
@@ -238,7 +251,19 @@ class _Converter:
             reads_input=any(not a.producers for a in acts),
         )
         self.nodes.append(node)
-        return self._wrap(binding.var.ty, lambda t: _Act((node.id,), t))
+        strides = iter(layout.strides or ())
+        return self._wrap(binding.var.ty, lambda t: _Act((node.id,), t, next(strides, None)))
+
+    def copy(self, act: _Act, shape: Shape) -> _Act:
+        """A copy eager makes of ``act`` (at its broadcast ``shape``) before the next operator."""
+        out = Tensor(shape, act.tensor.dtype)
+        node = _NodeDraft(
+            id=len(self.nodes), op=eager_layout.COPY_OP, kind=eager_layout.COPY_KIND, category="movement",
+            attrs={"aten": eager_layout.COPY_OP}, args=[act.tensor], inputs=[act.tensor], outputs=[out],
+            weights=[], generic=True, producers=set(act.producers), reads_input=not act.producers,
+        )
+        self.nodes.append(node)
+        return _Act((node.id,), out)
 
     def _wrap(self, ty: object, make) -> object:
         if isinstance(ty, relax.TupleType):

@@ -278,6 +278,10 @@ register_aten(("hardswish.default", "hardswish_.default"), "hardswish", "activat
 register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output, kept_whole=True)
 register_aten("linalg_vector_norm.default", "norm", "reduce", _per_input, kept_whole=True)
 register_aten("roll.default", "roll", "movement", _zero, kept_whole=True)
+# TVM reads clone and contiguous as the identity. Eager's clone copies into a new (contiguous) layout;
+# contiguous is a view where its input is contiguous and a copy where not (graph.eager_layout adds it).
+register_aten("clone.default", "layout_transform", "movement", _zero, kept_whole=True)
+register_aten("contiguous.default", "reshape", "view", _zero, kept_whole=True)
 register_aten(("to.device", "_to_copy.default", "alias.default", "lift_fresh_copy.default"), "reshape", "view", _zero)
 # TVM unrolls LSTM and GRU into a dozen nodes per time step (27,000 for sequencer2d_s), each charged
 # a kernel; PyTorch runs each layer as one cuDNN call, and the torch frontend keeps it one node. Their

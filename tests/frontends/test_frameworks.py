@@ -131,6 +131,9 @@ def test_transformer_block_is_the_same_in_torch_keras_and_paddle():
     for name, graph in graphs.items():
         kinds = [n.kind for n in graph.nodes]
         assert kinds.count("layer_norm") == 2 and kinds.count("gelu") == 1 and kinds.count("matmul") == 6, name
+        # and eager's copies are found from the layouts alike: q, k^T and v before their batched
+        # matmuls, and the transposed heads before the reshape that merges them
+        assert kinds.count("layout_transform") == 4, name
     predictions = {name: predict(m, inputs[name], batch=8) for name, m in models.items()}
     _assert_same(graphs, predictions)
 

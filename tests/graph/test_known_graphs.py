@@ -10,9 +10,11 @@ import torch
 from torch import nn
 
 from dippm_nas import TensorSpec, build_graph
+from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.graph.features import node_feature_names, static_features, to_pyg
 from dippm_nas.graph.signature import graph_signature
 from dippm_nas.graph.table import NodeTable
+from dippm_nas.hardware import get_device
 
 
 def test_small_cnn_nodes_edges_flops_params(small_cnn):
@@ -184,6 +186,40 @@ def test_hard_activations_norm_and_roll_are_one_kernel_each_as_in_pytorch():
     assert g.nodes[-1].outputs[0].shape == (2, 8, 8)
     assert table.flops[hardswish] == 2 * 8 * 8 * 8  # one operation per output element
     assert g.nodes[roll].outputs[0].shape == (2, 8, 8, 8)
+
+
+class HeadsByPermute(nn.Module):
+    """Attention as timm writes it where it does not fuse: heads split by a permute, then matmuls."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.norm = nn.LayerNorm(dim // heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = (q @ k.transpose(-2, -1)).softmax(-1)
+        y = (attn @ v).transpose(1, 2)  # a view that is not contiguous
+        return self.norm(y).reshape(b, n, c)  # layer norm copies it first; its output views freely
+
+
+def test_copies_pytorch_eager_makes_are_nodes():
+    """Eager views a tensor only where its strides allow: the permuted q and k are copied before
+    the batched GEMM folds their batch dimensions, v too, and layer norm copies its transposed input.
+    A reshape of a contiguous tensor stays a free view."""
+    g = build_graph(HeadsByPermute(), (10, 16), batch=2)
+    kinds = [n.kind for n in g.nodes]
+    copies = [n for n in g.nodes if n.kind == "layout_transform"]
+    assert len(copies) == 4, kinds
+    assert sorted(c.outputs[0].shape for c in copies) == [(2, 4, 4, 10), (2, 4, 10, 4), (2, 4, 10, 4), (2, 10, 4, 4)]
+    assert all(c.category == "movement" for c in copies)
+    assert kinds[-1] == "reshape" and g.nodes[-1].is_view
+    for c in copies:  # each copy feeds the operator that needed it, so liveness sees it
+        assert any(c.id in g.producers[n.id] for n in g.nodes)
+    node_costs = AnalyticalCostModel().estimate(g, get_device("a100-40gb")).nodes
+    assert all(node_costs[c.id].time_ms > 0 and node_costs[c.id].bound != "free" for c in copies)
 
 
 @pytest.mark.parametrize("layers,bidirectional", [(1, True), (2, False)])
