@@ -12,7 +12,8 @@ For each operator :math:`i` with :math:`F_i` FLOPs and :math:`B_i` bytes moved:
 
 where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision, :math:`W` the
 memory bandwidth and :math:`k_i` the number of kernels it launches. Views (reshape, permute,
-slicing) are free, as in PyTorch eager. Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
+slicing) are free, as in PyTorch eager; the copies eager makes where a view is impossible are nodes of
+the graph (:mod:`dippm_nas.graph.eager_layout`). Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
 u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. Half precision means
 ``torch.autocast``: each operator moves its activations in the precision autocast runs it in
 (convolutions and matmuls in half, layer norms and softmax in float32, everything else in the widest
