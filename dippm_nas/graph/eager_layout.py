@@ -30,8 +30,8 @@ from dippm_nas.graph.model_graph import Shape
 
 Strides = tuple[int, ...]
 
-#: The kind a copy node gets: a transform into a new (contiguous) layout.
-COPY_KIND, COPY_OP = "layout_transform", "clone.default"
+#: The operator a copy node is: ATen's clone, a transform into a new (contiguous) layout (graph.ops).
+COPY_OP = "clone.default"
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,7 @@ def on_meta(shape: Shape, strides: Strides | None) -> torch.Tensor:
 
 
 def _own_strides(t: torch.Tensor) -> Strides | None:
-    strides = tuple(t.stride())
-    return None if t.is_contiguous() else strides
+    return None if t.is_contiguous() else tuple(t.stride())
 
 
 class _CloneRecorder(TorchDispatchMode):
@@ -96,6 +95,8 @@ _RULES: dict[str, Rule] = {}
 
 
 def rule(*kinds: str) -> Callable[[Rule], Rule]:
+    """Registers a layout rule for operator kinds (graph.ops) or ATen operator names."""
+
     def register(fn: Rule) -> Rule:
         for kind in kinds:
             _RULES[kind] = fn
@@ -156,24 +157,19 @@ def _linear(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Sha
     return Layout(copies)
 
 
+@rule("layer_norm", "rms_norm", "group_norm", "softmax", "log_softmax", "contiguous.default")
 def _first_contiguous(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     x = inputs[0]
     return CONTIGUOUS if x.is_contiguous() else Layout(((0, tuple(x.shape)),))
 
 
+@rule("conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose", "batch_norm")
 def _first_dense(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     """cuDNN takes a channels-last input as it is (it runs NHWC); any other layout it copies."""
     x = inputs[0]
     if x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)):
         return CONTIGUOUS
     return Layout(((0, tuple(x.shape)),))
-
-
-for _kind in ("layer_norm", "rms_norm", "group_norm", "softmax", "log_softmax", "contiguous.default"):
-    _RULES[_kind] = _first_contiguous
-for _kind in ("conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose",
-              "batch_norm"):
-    _RULES[_kind] = _first_dense
 
 
 def _elementwise(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:

@@ -257,8 +257,9 @@ class _Converter:
     def copy(self, act: _Act, shape: Shape) -> _Act:
         """A copy eager makes of ``act`` (at its broadcast ``shape``) before the next operator."""
         out = Tensor(shape, act.tensor.dtype)
+        spec = ops.lookup_aten(eager_layout.COPY_OP)
         node = _NodeDraft(
-            id=len(self.nodes), op=eager_layout.COPY_OP, kind=eager_layout.COPY_KIND, category="movement",
+            id=len(self.nodes), op=eager_layout.COPY_OP, kind=spec.kind, category=spec.category,
             attrs={"aten": eager_layout.COPY_OP}, args=[act.tensor], inputs=[act.tensor], outputs=[out],
             weights=[], generic=True, producers=set(act.producers), reads_input=not act.producers,
         )
