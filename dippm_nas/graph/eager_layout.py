@@ -46,17 +46,11 @@ class Layout:
 CONTIGUOUS = Layout()
 
 
-def contiguous_strides(shape: Sequence[int]) -> Strides:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
 def on_meta(shape: Shape, strides: Strides | None) -> torch.Tensor:
     """An empty ``meta`` tensor with this shape and layout."""
-    return torch.empty_strided(shape, strides or contiguous_strides(shape), device="meta")
+    if strides is None:
+        return torch.empty(shape, device="meta")
+    return torch.empty_strided(shape, strides, device="meta")
 
 
 def _own_strides(t: torch.Tensor) -> Strides | None:
