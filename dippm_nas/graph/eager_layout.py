@@ -133,7 +133,7 @@ def _slice(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shap
         if len(kept) != len(shape):
             strides.append(None)
             continue
-        strides.append(_own_strides(torch.empty_strided(shape, kept, device="meta")))
+        strides.append(_own_strides(on_meta(shape, tuple(kept))))
     return Layout((), tuple(strides))
 
 
@@ -161,17 +161,14 @@ def _first_contiguous(inputs: list[torch.Tensor], attrs: dict[str, object], outs
 def _first_dense(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     """cuDNN takes a channels-last input as it is (it runs NHWC); any other layout it copies."""
     x = inputs[0]
-    if x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)):
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
         return CONTIGUOUS
-    return Layout(((0, tuple(x.shape)),))
+    return _first_contiguous(inputs, attrs, outs)
 
 
 def _elementwise(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     """TensorIterator lays its output out like its inputs (a permuted tensor times two is permuted)."""
-    try:
-        out = functools.reduce(torch.add, inputs)
-    except RuntimeError:
-        return CONTIGUOUS
+    out = functools.reduce(torch.add, inputs)
     if len(outs) != 1 or tuple(out.shape) != tuple(outs[0]):
         return CONTIGUOUS
     return Layout((), (_own_strides(out),))

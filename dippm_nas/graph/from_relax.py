@@ -51,7 +51,7 @@ class _Act:
 
     producers: tuple[int, ...]
     tensor: Tensor
-    strides: tuple[int, ...] | None = None
+    strides: eager_layout.Strides | None = None
 
 
 @dataclass(frozen=True)
