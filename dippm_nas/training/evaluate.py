@@ -12,12 +12,14 @@ import numpy as np
 
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
-from dippm_nas.training.metrics import summary
+from dippm_nas.training.metrics import cluster_bootstrap, kendall_tau, mape, summary
 from dippm_nas.training.splits import Split, device_split, family_split, random_split
 from dippm_nas.training.train import TrainConfig, final_training_records, fit, fit_split, predict_targets
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMPARISON = ("sage", "gcn", "gat", "gin", "mlp")
+#: Draws of the family bootstrap behind each figure's interval (:func:`cluster_bootstrap`).
+BOOTSTRAP_SAMPLES = 200
 BARS = {"random": {"mape": 0.05}, "family": {"mape": 0.12, "tau": 0.93},
         "rtx3090->rtx4090": {"mape": 0.15, "tau": 0.93}}
 
@@ -111,6 +113,11 @@ def _fmt(m: dict[str, float]) -> str:
     return f"{m['mape']:.1%} | {m['tau']:.3f} | {m['within10']:.1%}"
 
 
+def _fmt_intervals(m: dict) -> str:
+    (mape_low, mape_high), (tau_low, tau_high) = m["mape_interval"], m["tau_interval"]
+    return f"{mape_low:.1%}-{mape_high:.1%}, {tau_low:.3f}-{tau_high:.3f}"
+
+
 def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs: Path = DOCS,
              comparison_splits: tuple[str, ...] = ("random", "family"), ship=None) -> dict[str, object]:
     """``ship(fitted, split, test_metrics)`` receives the random split's GraphSAGE model: the very model
@@ -132,7 +139,11 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
         lines += [f"{len(ts.missing)} graphs could not be featurized; their records are left out "
                   "(`data/graphs/failures.csv` lists them with the reason).", ""]
     lines += ["## Latency: PMGNS against the analytical model and a log-linear baseline", "",
-              "| split | test records | model | MAPE | Kendall tau | within 10 % | bar |", "|---|---|---|---|---|---|---|"]
+              "The intervals are 95 % percentile intervals when the test set's model families are drawn again "
+              f"with replacement ({BOOTSTRAP_SAMPLES} draws): how much a figure depends on which families happen to "
+              "be in the test set.", "",
+              "| split | test records | model | MAPE | Kendall tau | within 10 % | MAPE, tau: 95 % intervals | bar |",
+              "|---|---|---|---|---|---|---|---|"]
     for split in splits_for(ts, config.seed):
         fitted = fit_split(ts, split, config, label=f"sage/{split.name}")
         measured = ts.targets[split.test, 0]
@@ -141,13 +152,18 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
                  "analytical": ts.analytical[split.test, 0],
                  "log-linear": loglinear(ts, split, final_training_records(split, config))}
         metrics = {name: summary(p, measured) for name, p in preds.items()}
+        families = ts.families[split.test]
+        for name, p in preds.items():
+            for metric, fn in (("mape", mape), ("tau", kendall_tau)):
+                metrics[name][f"{metric}_interval"] = cluster_bootstrap(fn, p, measured, families, BOOTSTRAP_SAMPLES)
         bar = BARS.get(split.name, {})
         ok = all(metrics["PMGNS (GraphSAGE)"][k] <= v if k == "mape" else metrics["PMGNS (GraphSAGE)"][k] >= v
                  for k, v in bar.items())
         bar_text = ", ".join(f"{k} {'<=' if k == 'mape' else '>='} {v:g}" for k, v in bar.items())
         for name, m in metrics.items():
             verdict = ("met" if ok else "NOT met") if name.startswith("PMGNS") and bar else ""
-            lines.append(f"| {split.name} | {len(split.test)} | {name} | {_fmt(m)} | {bar_text + ': ' + verdict if verdict else ''} |")
+            lines.append(f"| {split.name} | {len(split.test)} | {name} | {_fmt(m)} | {_fmt_intervals(m)} | "
+                         f"{bar_text + ': ' + verdict if verdict else ''} |")
         if ship is not None and split.name == "random":
             ship(fitted, split, metrics["PMGNS (GraphSAGE)"])
         results["splits"][split.name] = {"description": split.description, "metrics": metrics,
@@ -160,7 +176,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
             have = ~np.isnan(ts.targets[split.test, t])
             if have.any():
                 results["splits"][split.name][target] = summary(pmgns[have, t], ts.targets[split.test, t][have])
-        print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)}" for n, m in metrics.items()), file=sys.stderr)
+        print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)} ({_fmt_intervals(m)})" for n, m in metrics.items()),
+              file=sys.stderr)
     lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/{_plot_name(s)})" for s in results["splits"]), ""]
     lines += ["## Where the PMGNS error is", "",
               "Test MAPE of PMGNS per memory layout, PyTorch version and (the worst) families, and each group's "

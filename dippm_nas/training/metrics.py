@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -35,3 +37,20 @@ def kendall_tau(a: np.ndarray, b: np.ndarray, chunk: int = 512) -> float:
 def summary(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
     return {"mape": mape(predicted, measured), "tau": kendall_tau(predicted, measured),
             "within10": within(predicted, measured), "n": float(len(measured))}
+
+
+def cluster_bootstrap(metric: Callable[[np.ndarray, np.ndarray], float], predicted: np.ndarray, measured: np.ndarray,
+                      groups: np.ndarray, samples: int = 200, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """A ``level`` percentile interval of ``metric`` when whole groups (model families) are drawn again
+    with replacement: records of one family err together, so resampling records one by one would
+    understate how much the figure depends on which families happened to be in the test set."""
+    names, index = np.unique(groups, return_inverse=True)
+    members = [np.flatnonzero(index == g) for g in range(len(names))]
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(samples):
+        chosen = np.concatenate([members[g] for g in rng.integers(0, len(names), len(names))])
+        values.append(metric(predicted[chosen], measured[chosen]))
+    tail = (1 - level) / 2 * 100
+    low, high = np.nanpercentile(values, [tail, 100 - tail])
+    return float(low), float(high)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dippm_nas.training.metrics import kendall_tau, mape, within
+from dippm_nas.training.metrics import cluster_bootstrap, kendall_tau, mape, within
 from dippm_nas.training.records import DATA, harness_records, timm_records
 from dippm_nas.training.splits import device_split, family_split, random_split
 
@@ -42,6 +42,20 @@ def test_metrics():
     assert kendall_tau(a, np.array([1.0, 3.0, 2.0, 4.0])) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant
     assert mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) == pytest.approx(0.10)
     assert within(np.array([109.0, 80.0]), np.array([100.0, 100.0])) == 0.5
+
+
+def test_family_bootstrap_interval_spans_what_the_families_disagree_on():
+    measured = np.full(40, 100.0)
+    families = np.repeat(["a", "b", "c", "d"], 10)
+    exact = cluster_bootstrap(mape, measured.copy(), measured, families)
+    assert exact == (0.0, 0.0)
+    # one family 40 % off, three exact: the figure is 10 % only because that family drew one place in four
+    predicted = np.where(families == "d", 140.0, 100.0)
+    low, high = cluster_bootstrap(mape, predicted, measured, families, samples=400)
+    assert mape(predicted, measured) == pytest.approx(0.10) and low < 0.10 < high
+    assert low <= 0.05 and high >= 0.2
+    assert cluster_bootstrap(mape, predicted, measured, families, seed=3) == cluster_bootstrap(
+        mape, predicted, measured, families, seed=3)
 
 
 def test_splits_hold_out_what_they_say():
@@ -181,5 +195,8 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
         assert f"| {split} |" in report and f"- **{split}**" in report
         assert (tmp_path / "accuracy" / f"latency_{split.replace('->', '_to_')}.png").stat().st_size > 0
     assert "PMGNS (GraphSAGE)" in report and "log-linear" in report and "MLP (static features only)" in report
-    assert "layout: nchw" in report and "of the error" in report
+    assert "layout: nchw" in report and "of the error" in report and "95 % intervals" in report
+    for split in results["splits"].values():
+        for m in split["metrics"].values():
+            assert m["mape_interval"][0] <= m["mape_interval"][1] and m["tau_interval"][0] <= m["tau_interval"][1]
     assert set(results["comparison"]["random"]) == {"sage", "gcn", "gat", "gin", "mlp"}
