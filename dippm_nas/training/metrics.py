@@ -1,4 +1,4 @@
-"""Accuracy metrics: MAPE, Kendall's tau-b, and the share of predictions within +-10 %."""
+"""Accuracy metrics: MAPE, Kendall's tau-b, the share of predictions within +-10 %, and intervals over families."""
 
 from __future__ import annotations
 

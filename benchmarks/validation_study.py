@@ -1,0 +1,101 @@
+"""Compare training configurations on a split's validation set, the only place choices are made.
+
+Every hyper-parameter of `TrainConfig` was chosen this way (their docstrings give the figures), and a
+proposed change should be too: this trains PMGNS on the split's training records once per variant and
+seed, with early stopping on validation and no refit (the refit would train on validation), and
+prints the validation MAPE, Kendall tau and share within 10 % of each run, the mean per-family MAPE
+(each validation family counting once, as each unseen family does for a user) and the means over
+seeds. The test records are never predicted.
+
+    python benchmarks/validation_study.py                                      # the shipped configuration, seeds 0-2
+    python benchmarks/validation_study.py --variant 'wide={"hidden": 128}' --seeds 0,1
+    python benchmarks/validation_study.py --split random --no-baseline --variant 'short={"epochs": 20}'
+
+A variant is NAME=JSON, the JSON an object of TrainConfig fields; the shipped configuration runs first
+as the baseline unless --no-baseline. On the 2-core build machine a family-split run takes 8-12 minutes
+with one thread; two processes side by side (different --seeds) use both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import fields, replace
+
+
+def _variant(text: str) -> tuple[str, dict]:
+    from dippm_nas.training.train import TrainConfig
+
+    name, sep, overrides = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"a variant is NAME=JSON, e.g. 'wide={{\"hidden\": 128}}', not {text!r}")
+    try:
+        values = json.loads(overrides)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"variant {name!r}: {overrides!r} is not JSON ({error})") from None
+    known = {f.name for f in fields(TrainConfig)} - {"seed", "refit", "stop_after"}
+    if not isinstance(values, dict) or set(values) - known:
+        raise argparse.ArgumentTypeError(f"variant {name!r}: give an object of TrainConfig fields; unknown: "
+                                         f"{sorted(set(values) - known) if isinstance(values, dict) else values!r}; "
+                                         f"known: {', '.join(sorted(known))}")
+    return name, values
+
+
+def main() -> int:
+    from dippm_nas.training.evaluate import SPLIT_NAMES
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", default="family", choices=SPLIT_NAMES, help="which of evaluate's splits (default: family)")
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds, comma-separated (default: 0,1,2)")
+    parser.add_argument("--variant", action="append", type=_variant, default=[], metavar="NAME=JSON",
+                        help="a configuration to compare, as TrainConfig overrides; repeatable")
+    parser.add_argument("--no-baseline", action="store_true", help="leave out the shipped configuration")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    args = parser.parse_args()
+    variants = ([] if args.no_baseline else [("shipped", {})]) + args.variant
+    if not variants:
+        parser.error("nothing to run: give --variant or drop --no-baseline")
+    warnings.filterwarnings("ignore")
+    import numpy as np
+    import torch
+
+    from dippm_nas.training.dataset import build_training_set
+    from dippm_nas.training.evaluate import splits_for
+    from dippm_nas.training.metrics import mape, summary
+    from dippm_nas.training.records import load_records
+    from dippm_nas.training.train import TrainConfig, fit, predict_targets
+
+    torch.set_num_threads(args.threads)
+    ts = build_training_set(load_records())
+    split = next(s for s in splits_for(ts, seed=0) if s.name == args.split)
+    families = ts.families[split.val]
+    measured = ts.targets[split.val, 0]
+    print(f"{split.name} split (split seed 0): {split.description}; {len(split.val)} validation records "
+          f"from {len(set(families))} families", flush=True)
+    for name, overrides in variants:
+        runs = []
+        for seed in (int(s) for s in args.seeds.split(",")):
+            start = time.perf_counter()
+            config = replace(TrainConfig(), **overrides, seed=seed, refit=False)
+            fitted = fit(ts, split.train, split.val, config, label=f"{name} seed {seed}")
+            predicted = predict_targets(fitted, ts, split.val)[:, 0]
+            m = summary(predicted, measured)
+            m["family_mape"] = float(np.mean([mape(predicted[families == f], measured[families == f])
+                                              for f in np.unique(families)]))
+            runs.append(m)
+            print(f"{name} seed {seed}: validation MAPE {m['mape']:.2%}, Kendall tau {m['tau']:.4f}, within 10 % "
+                  f"{m['within10']:.1%}, mean per-family MAPE {m['family_mape']:.2%} (early stopping chose "
+                  f"{fitted.best_epoch + 1} epochs; {time.perf_counter() - start:.0f} s)", flush=True)
+        means = {k: statistics.mean(r[k] for r in runs) for k in ("mape", "tau", "within10", "family_mape")}
+        print(f"{name} {json.dumps(overrides)}: mean over {len(runs)} seeds: MAPE {means['mape']:.2%}, tau "
+              f"{means['tau']:.4f}, within 10 % {means['within10']:.1%}, per-family MAPE {means['family_mape']:.2%}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
