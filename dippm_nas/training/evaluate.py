@@ -12,14 +12,12 @@ import numpy as np
 
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
-from dippm_nas.training.metrics import cluster_bootstrap, kendall_tau, mape, summary
+from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES, cluster_bootstrap, kendall_tau, mape, summary
 from dippm_nas.training.splits import Split, device_split, family_split, random_split
 from dippm_nas.training.train import TrainConfig, final_training_records, fit, fit_split, predict_targets
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMPARISON = ("sage", "gcn", "gat", "gin", "mlp")
-#: Draws of the family bootstrap behind each figure's interval (:func:`cluster_bootstrap`).
-BOOTSTRAP_SAMPLES = 200
 BARS = {"random": {"mape": 0.05}, "family": {"mape": 0.12, "tau": 0.93},
         "rtx3090->rtx4090": {"mape": 0.15, "tau": 0.93}}
 
@@ -155,7 +153,7 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
         families = ts.families[split.test]
         for name, p in preds.items():
             for metric, fn in (("mape", mape), ("tau", kendall_tau)):
-                metrics[name][f"{metric}_interval"] = cluster_bootstrap(fn, p, measured, families, BOOTSTRAP_SAMPLES)
+                metrics[name][f"{metric}_interval"] = cluster_bootstrap(fn, p, measured, families)
         bar = BARS.get(split.name, {})
         ok = all(metrics["PMGNS (GraphSAGE)"][k] <= v if k == "mape" else metrics["PMGNS (GraphSAGE)"][k] >= v
                  for k, v in bar.items())

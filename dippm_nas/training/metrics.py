@@ -6,6 +6,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+#: Draws of :func:`cluster_bootstrap` unless told otherwise; the accuracy report names it.
+BOOTSTRAP_SAMPLES = 200
+
 
 def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
     return float(np.mean(np.abs(predicted - measured) / np.abs(measured)))
@@ -40,7 +43,8 @@ def summary(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
 
 
 def cluster_bootstrap(metric: Callable[[np.ndarray, np.ndarray], float], predicted: np.ndarray, measured: np.ndarray,
-                      groups: np.ndarray, samples: int = 200, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+                      groups: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, level: float = 0.95,
+                      seed: int = 0) -> tuple[float, float]:
     """A ``level`` percentile interval of ``metric`` when whole groups (model families) are drawn again
     with replacement: records of one family err together, so resampling records one by one would
     understate how much the figure depends on which families happened to be in the test set."""
