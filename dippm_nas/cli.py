@@ -197,14 +197,15 @@ def _shipper(ts):
     from dippm_nas.cost.learned import WEIGHTS, save
     from dippm_nas.training.train import final_training_records
 
-    def ship(fitted, split, test) -> None:
-        trained_on = len(final_training_records(split, fitted.config))
-        save(fitted, ts, WEIGHTS / "pmgns", {"split": split.description, "test_latency": test,
-                                             "n_train": trained_on, "n_val": len(split.val),
-                                             "n_test": len(split.test),
-                                             "data": "data/records.csv (timm benchmarks as published, harness rows)"})
+    def ship(fitted, split, test, held_out_family=None) -> None:
+        trained_on = final_training_records(split, fitted.config)
+        extra = {"split": split.description, "test_latency": test, "n_train": len(trained_on), "n_val": len(split.val),
+                 "n_test": len(split.test), "data": "data/records.csv (timm benchmarks as published, harness rows)"}
+        if held_out_family is not None:  # the same configuration on the family split's test set
+            extra["held_out_family_latency"] = held_out_family
+        save(fitted, ts, trained_on, WEIGHTS / "pmgns", extra)
         parameters = sum(p.numel() for p in fitted.model.parameters())
-        print(f"PMGNS (GraphSAGE) trained on {trained_on} records, {fitted.epochs_run} epochs (chosen by early stopping on "
+        print(f"PMGNS (GraphSAGE) trained on {len(trained_on)} records, {fitted.epochs_run} epochs (chosen by early stopping on "
               f"validation); test "
               f"latency MAPE {test['mape']:.2%}, Kendall tau {test['tau']:.3f}, within 10 % {test['within10']:.1%}; "
               f"weights {WEIGHTS / 'pmgns.safetensors'} ({parameters:,} parameters), card {WEIGHTS / 'pmgns.json'}")

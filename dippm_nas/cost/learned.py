@@ -54,16 +54,24 @@ class Card:
     targets: tuple[str, ...]
     torch_version: str
     raw: dict
+    #: (batch, records) over the training records: how much of the data a request's batch resembles.
+    batches: tuple[tuple[int, int], ...] = ()
+    #: Test MAPE of the shipped configuration on records of families it saw (random split) and, when
+    #: ``dippm-nas evaluate --ship`` wrote the card, on whole families it never saw (family split).
+    seen_family_mape: float | None = None
+    unseen_family_mape: float | None = None
 
 
-def save(fitted, ts, path: Path, extra: dict) -> None:
-    """Weights to ``path``.safetensors, the card to ``path``.json."""
+def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
+    """Weights to ``path``.safetensors, the card to ``path``.json; what the card says was learned from
+    (devices, precisions, families, batches) is read from the records ``trained_on``."""
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in fitted.model.state_dict().items()}, str(path.with_suffix(".safetensors")))
-    records = ts.records
-    trained = [t for i, t in enumerate(TARGETS) if not np.all(np.isnan(ts.targets[:, i]))]
+    records = [ts.records[i] for i in trained_on]
+    trained = [t for i, t in enumerate(TARGETS) if not np.all(np.isnan(ts.targets[trained_on, i]))]
+    batches, counts = np.unique([r.batch for r in records], return_counts=True)
     card = {
         "config": vars(fitted.config), "static_features": ts.static_names,
         "static_mean": fitted.static_mean.tolist(), "static_std": fitted.static_std.tolist(),
@@ -71,6 +79,7 @@ def save(fitted, ts, path: Path, extra: dict) -> None:
         "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
         "targets": trained, "torch_version": max((r.torch for r in records), key=_version_key),
+        "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
         "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
     }
     path.with_suffix(".json").write_text(json.dumps(card, indent=1))
@@ -90,7 +99,9 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
     model.eval()
     card = Card(raw["config"], raw["static_features"], torch.tensor(raw["static_mean"]), torch.tensor(raw["static_std"]),
                 torch.tensor(raw["node_mean"]), torch.tensor(raw["node_std"]), tuple(raw["devices"]),
-                tuple(raw["precisions"]), frozenset(raw["families"]), tuple(raw["targets"]), raw["torch_version"], raw)
+                tuple(raw["precisions"]), frozenset(raw["families"]), tuple(raw["targets"]), raw["torch_version"], raw,
+                tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
+                raw.get("held_out_family_latency", {}).get("mape"))
     return model, card
 
 
@@ -209,13 +220,11 @@ class PMGNSCostModel:
         with torch.inference_mode(), one_thread():
             out = self._correction(graph, inputs)[0]
         ratio = math.exp(float(out[0]))
-        seen = graph.family in self.card.families
         return Estimate(
             latency_ms=analytical.latency_ms * ratio, energy_j=analytical.energy_j * ratio,
             memory_mib=analytical.memory_mib, memory=analytical.memory,
             cost_model="pmgns (latency learned; energy = analytical power x learned time; memory analytical)",
-            notes=(f"PMGNS trained on {', '.join(self.card.devices)}; model family "
-                   f"{graph.family or '(unknown)'} {'was' if seen else 'was not'} in its training data",),
+            notes=coverage_notes(self.card, graph.family, graph.batch),
         )
 
     def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:
@@ -231,5 +240,32 @@ class PMGNSCostModel:
         x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
         return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
                           time_share)
+
+#: A batch smaller (larger) than all but this share of the training records' is flagged as far from the data.
+SPARSE_SHARE = 0.05
+
+
+def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
+    """How far a request is from what PMGNS learned from, and the error measured that far out: a user
+    ranking candidates should know whether a figure is interpolated or extrapolated."""
+    seen = family in card.families
+    error = card.seen_family_mape if seen else card.unseen_family_mape
+    measured = (f" (test MAPE {error:.1%} on {'families it saw' if seen else 'whole families held out'})"
+                if error is not None else "" if seen else " (its error on unseen families: docs/accuracy.md)")
+    notes = [f"PMGNS trained on {', '.join(card.devices)}; model family {family or '(unknown)'} "
+             f"{'was' if seen else 'was not'} in its training data{measured}"]
+    if card.batches:
+        total = sum(c for _, c in card.batches)
+        below = sum(c for b, c in card.batches if b < batch) / total
+        above = sum(c for b, c in card.batches if b > batch) / total
+        span = f"{card.batches[0][0]}-{card.batches[-1][0]}"
+        if above > 1 - SPARSE_SHARE:
+            notes.append(f"batch {batch}: {above:.0%} of its training records have a larger batch ({span}); at small "
+                         "batches launch overheads dominate, which the learned correction has seen little of")
+        elif below > 1 - SPARSE_SHARE:
+            notes.append(f"batch {batch}: {below:.0%} of its training records have a smaller batch ({span}); "
+                         "the learned correction is extrapolating")
+    return tuple(notes)
+
 
 register_cost_model("pmgns", PMGNSCostModel)

@@ -118,8 +118,10 @@ def _fmt_intervals(m: dict) -> str:
 
 def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs: Path = DOCS,
              comparison_splits: tuple[str, ...] = ("random", "family"), ship=None) -> dict[str, object]:
-    """``ship(fitted, split, test_metrics)`` receives the random split's GraphSAGE model: the very model
-    ``dippm-nas train`` fits with the same seed and configuration, so one run can also ship it."""
+    """``ship(fitted, split, test_metrics, held_out_family)`` receives the random split's GraphSAGE model,
+    the very model ``dippm-nas train`` fits with the same seed and configuration (so one run can also
+    ship it), once every split is done: its card then also says how the configuration fares on families
+    it never saw."""
     results: dict[str, object] = {"config": asdict(config), "splits": {}, "comparison": {}}
     breakdowns: dict[str, list[str]] = {}
     lines = ["# Accuracy", "",
@@ -162,8 +164,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
             verdict = ("met" if ok else "NOT met") if name.startswith("PMGNS") and bar else ""
             lines.append(f"| {split.name} | {len(split.test)} | {name} | {_fmt(m)} | {_fmt_intervals(m)} | "
                          f"{bar_text + ': ' + verdict if verdict else ''} |")
-        if ship is not None and split.name == "random":
-            ship(fitted, split, metrics["PMGNS (GraphSAGE)"])
+        if split.name == "random":
+            shipped = (fitted, split, metrics["PMGNS (GraphSAGE)"])
         results["splits"][split.name] = {"description": split.description, "metrics": metrics,
                                          "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
                                          "val_mape": fitted.best_val_mape, "n_train": len(split.train),
@@ -176,6 +178,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
                 results["splits"][split.name][target] = summary(pmgns[have, t], ts.targets[split.test, t][have])
         print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)} ({_fmt_intervals(m)})" for n, m in metrics.items()),
               file=sys.stderr)
+    if ship is not None:
+        ship(*shipped, held_out_family=results["splits"]["family"]["metrics"]["PMGNS (GraphSAGE)"])
     lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/{_plot_name(s)})" for s in results["splits"]), ""]
     lines += ["## Where the PMGNS error is", "",
               "Test MAPE of PMGNS per memory layout, PyTorch version and (the worst) families, and each group's "

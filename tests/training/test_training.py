@@ -102,9 +102,12 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert np.allclose(pa, pb)  # seeded: the same run twice gives the same model
     assert np.isfinite(pa[:, 0]).all() and a.best_epoch >= 0
 
-    save(a, ts, tmp_path / "pmgns", {"note": "test"})
+    save(a, ts, split.train, tmp_path / "pmgns", {"note": "test"})
     load.cache_clear()
     learned = PMGNSCostModel(tmp_path / "pmgns")
+    # the card describes the records the model learned from, not the whole data set
+    assert learned.card.families == {ts.records[i].family for i in split.train}
+    assert sum(c for _, c in learned.card.batches) == len(split.train)
     graph = build_graph("resnet18", batch=32)
     est = learned.estimate(graph, get_device("rtx4090"), "fp16")
     assert math.isfinite(est.latency_ms) and est.latency_ms > 0 and est.cost_model.startswith("pmgns")
@@ -189,7 +192,9 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
     from dippm_nas.training.evaluate import evaluate
     from dippm_nas.training.train import TrainConfig
 
-    results = evaluate(small_training_set, TrainConfig(epochs=1, batch_size=16), comparison_epochs=1, docs=tmp_path)
+    shipped = []
+    results = evaluate(small_training_set, TrainConfig(epochs=1, batch_size=16), comparison_epochs=1, docs=tmp_path,
+                       ship=lambda *args, **kwargs: shipped.append((args, kwargs)))
     report = (tmp_path / "accuracy.md").read_text()
     for split in ("random", "family", "rtx3090->rtx4090", "rtx4090->rtx3090"):
         assert f"| {split} |" in report and f"- **{split}**" in report
@@ -200,3 +205,28 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
         for m in split["metrics"].values():
             assert m["mape_interval"][0] <= m["mape_interval"][1] and m["tau_interval"][0] <= m["tau_interval"][1]
     assert set(results["comparison"]["random"]) == {"sage", "gcn", "gat", "gin", "mlp"}
+    # the random split's model is shipped once, with what the configuration does on unseen families
+    [((_, split, test), kwargs)] = shipped
+    assert split.name == "random" and test == results["splits"]["random"]["metrics"]["PMGNS (GraphSAGE)"]
+    assert kwargs["held_out_family"] == results["splits"]["family"]["metrics"]["PMGNS (GraphSAGE)"]
+
+
+def test_a_prediction_says_how_far_it_is_from_the_training_data():
+    from dataclasses import replace
+
+    from dippm_nas.cost.learned import Card, coverage_notes
+
+    card = Card(config={}, static_features=[], static_mean=None, static_std=None, node_mean=None, node_std=None,
+                devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}), targets=("latency_ms",),
+                torch_version="2.4.0", raw={}, batches=((4, 1), (256, 9), (1024, 90)),
+                seen_family_mape=0.039, unseen_family_mape=0.114)
+    [seen] = coverage_notes(card, "resnet", 256)
+    assert "resnet was in its training data (test MAPE 3.9% on families it saw)" in seen
+    unseen, small = coverage_notes(card, "convnext", 8)
+    assert "was not in its training data (test MAPE 11.4% on whole families held out)" in unseen
+    assert small.startswith("batch 8: 99% of its training records have a larger batch (4-1024)")
+    assert "smaller batch" in coverage_notes(card, "resnet", 2048)[1]
+    without = replace(card, unseen_family_mape=None, batches=())
+    assert coverage_notes(without, "convnext", 8) == (
+        "PMGNS trained on rtx3090; model family convnext was not in its training data "
+        "(its error on unseen families: docs/accuracy.md)",)
