@@ -241,6 +241,7 @@ class PMGNSCostModel:
         return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
                           time_share)
 
+
 #: A batch smaller (larger) than all but this share of the training records' is flagged as far from the data.
 SPARSE_SHARE = 0.05
 
@@ -250,8 +251,10 @@ def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
     ranking candidates should know whether a figure is interpolated or extrapolated."""
     seen = family in card.families
     error = card.seen_family_mape if seen else card.unseen_family_mape
-    measured = (f" (test MAPE {error:.1%} on {'families it saw' if seen else 'whole families held out'})"
-                if error is not None else "" if seen else " (its error on unseen families: docs/accuracy.md)")
+    if error is not None:
+        measured = f" (test MAPE {error:.1%} on {'families it saw' if seen else 'whole families held out'})"
+    else:
+        measured = "" if seen else " (its error on unseen families: docs/accuracy.md)"
     notes = [f"PMGNS trained on {', '.join(card.devices)}; model family {family or '(unknown)'} "
              f"{'was' if seen else 'was not'} in its training data{measured}"]
     if card.batches:

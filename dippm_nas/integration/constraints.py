@@ -14,14 +14,16 @@ from dippm_nas.errors import DippmError
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, required_memory
 from dippm_nas.hardware.registry import Device, get_device
 
-#: The user attributes a scored trial carries (Optuna's dashboard shows them).
+#: The user attributes a scored trial carries (Optuna's dashboard shows them); ``notes`` say which cost
+#: model answered and how far the candidate is from what it learned from.
 PREDICTION_ATTRS = ("latency_ms", "energy_j", "memory_mb", "mig_profile", "device", "precision", "batch",
-                    "cost_model")
+                    "cost_model", "notes")
 
 
 def record_prediction(trial, prediction: Prediction) -> None:
     for name in PREDICTION_ATTRS:
-        trial.set_user_attr(name, getattr(prediction, name))
+        value = getattr(prediction, name)
+        trial.set_user_attr(name, list(value) if isinstance(value, tuple) else value)
 
 
 @dataclass(frozen=True)
