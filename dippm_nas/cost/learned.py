@@ -251,8 +251,8 @@ def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
     ranking candidates should know whether a figure is interpolated or extrapolated."""
     seen = family in card.families
     error = card.seen_family_mape if seen else card.unseen_family_mape
-    if error is not None:
-        measured = f" (test MAPE {error:.1%} on {'families it saw' if seen else 'whole families held out'})"
+    if error is not None:  # the held-out families are timm's: a model unlike any of them may be further off
+        measured = f" (test MAPE {error:.1%} on {'families it saw' if seen else 'whole timm families held out'})"
     else:
         measured = "" if seen else " (its error on unseen families: docs/accuracy.md)"
     notes = [f"PMGNS trained on {', '.join(card.devices)}; model family {family or '(unknown)'} "

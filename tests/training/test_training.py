@@ -223,7 +223,7 @@ def test_a_prediction_says_how_far_it_is_from_the_training_data():
     [seen] = coverage_notes(card, "resnet", 256)
     assert "resnet was in its training data (test MAPE 3.9% on families it saw)" in seen
     unseen, small = coverage_notes(card, "convnext", 8)
-    assert "was not in its training data (test MAPE 11.4% on whole families held out)" in unseen
+    assert "was not in its training data (test MAPE 11.4% on whole timm families held out)" in unseen
     assert small.startswith("batch 8: 99% of its training records have a larger batch (4-1024)")
     assert "smaller batch" in coverage_notes(card, "resnet", 2048)[1]
     without = replace(card, unseen_family_mape=None, batches=())
