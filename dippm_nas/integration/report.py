@@ -96,12 +96,20 @@ def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
     for t in front:
         a = t.user_attrs
         arch = a.get("architecture", t.params)
+        notes = "\n".join(a.get("notes", ()))  # why this cost model, how far from its data: shown on hover
         rows.append([str(t.number), f"{t.values[0]:.4g}", f"{a['latency_ms']:.4g}", f"{a['energy_j']:.4g}",
-                     f"{a['memory_mb']:.0f}", str(a.get("mig_profile") or "none"), str(a.get("cost_model", "")),
+                     f"{a['memory_mb']:.0f}", str(a.get("mig_profile") or "none"), (str(a.get("cost_model", "")), notes),
                      json.dumps(arch, sort_keys=True)[:400]])
-    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    cells = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     return f'<table id="pareto-table"><thead><tr>{header}</tr></thead><tbody>{cells}</tbody></table>'
+
+
+def _cell(content: str | tuple[str, str]) -> str:
+    """A table cell; a (text, tooltip) pair gets the tooltip as its title."""
+    text, tooltip = content if isinstance(content, tuple) else (content, "")
+    title = f' title="{html.escape(tooltip)}"' if tooltip else ""
+    return f"<td{title}>{html.escape(text)}</td>"
 
 
 def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list[FrozenTrial]],
