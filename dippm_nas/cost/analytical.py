@@ -10,7 +10,8 @@ For each operator :math:`i` with :math:`F_i` FLOPs and :math:`B_i` bytes moved:
 
     t_i = \max(F_i / P_{unit}, B_i / W) + k_i \cdot t_{launch}
 
-where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision, :math:`W` the
+where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision (tensor cores for
+matmuls and for convolutions whose channels per group suit them, the CUDA cores otherwise), :math:`W` the
 memory bandwidth and :math:`k_i` the number of kernels it launches. Views (reshape, permute,
 slicing) are free, as in PyTorch eager; the copies eager makes where a view is impossible are nodes of
 the graph (:mod:`dippm_nas.graph.eager_layout`). Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
@@ -132,7 +133,11 @@ class AnalyticalCostModel:
         else:
             moved = table.f32_numel * 4 + table.other_bytes + table.weight_bytes
         peaks = np.array([peak_tflops(c, device, precision) for c in ops.CATEGORIES]) * 1e12
-        compute_s = table.flops / peaks[table.category]
+        # A convolution whose channels per group keep it off the tensor cores (depthwise, an RGB
+        # stem) runs on the CUDA cores; at half precision cuDNN's kernels for it compute in float32
+        # ("pseudo-half": half storage, float32 arithmetic).
+        peak = np.where(table.cuda_core_conv, device.fp32_tflops * 1e12, peaks[table.category])
+        compute_s = table.flops / peak
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
         busy_s = np.maximum(compute_s, memory_s)

@@ -64,15 +64,18 @@ def _per_sample(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
     return (*shape[:k], shape[k] // batch, *shape[k + 1:])
 
 
-def _aligned_numel(conv: Node) -> int:
-    """Input plus output elements of a 2-D convolution whose channels per group suit cuDNN's
-    tensor-core (NHWC) kernels, else 0 (it runs on the CUDA cores in either layout)."""
+def _tensor_core_channels(conv: Node) -> bool:
+    """Whether cuDNN can run this convolution on tensor cores: its channels per group suit them."""
     weight = conv.weights[0].shape
-    if len(weight) != 4:
-        return 0
-    out_channels, in_per_group = weight[:2]
     groups = int(conv.attrs.get("groups", 1) or 1)
-    if in_per_group % TENSOR_CORE_CHANNEL_MULTIPLE or (out_channels // groups) % TENSOR_CORE_CHANNEL_MULTIPLE:
+    return len(weight) >= 2 and not (weight[1] % TENSOR_CORE_CHANNEL_MULTIPLE
+                                     or (weight[0] // groups) % TENSOR_CORE_CHANNEL_MULTIPLE)
+
+
+def _aligned_numel(conv: Node) -> int:
+    """Input plus output elements of a 2-D convolution that runs on cuDNN's tensor-core (NHWC)
+    kernels, else 0 (it runs on the CUDA cores in either layout)."""
+    if len(conv.weights[0].shape) != 4 or not _tensor_core_channels(conv):
         return 0
     return conv.inputs[0].numel + conv.outputs[0].numel
 
@@ -96,6 +99,7 @@ class NodeTable:
     weight_bytes: np.ndarray
     has_weights: np.ndarray
     aligned_conv_numel: np.ndarray  # input + output elements of a tensor-core-aligned 2-D convolution, else 0
+    cuda_core_conv: np.ndarray  # a convolution whose channels keep it off the tensor cores (depthwise, RGB stems)
     kernels: np.ndarray
     alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
@@ -165,26 +169,28 @@ class NodeTable:
                            *_pair(get("pool_size")))
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
                  attrs.get("kernels", 1), _aligned_numel(node) if conv else 0,
+                 conv and not _tensor_core_channels(node),
                  node.flops, f32_in, f32_out, other, w_numel, w_bytes, block_full, block_f32, block_f32_half, f32_weight,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
                  *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
                  float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial))
-        width = 19 + MAX_RANK + len(SHAPE_COLUMNS)
+        width = 20 + MAX_RANK + len(SHAPE_COLUMNS)
         # np.fromiter over the flattened rows: np.array over the tuples took three times as long
         table = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64,
                             count=len(rows) * width).reshape(len(rows), width)
-        ints = table[:, :6].astype(np.int64)
-        f32_in, f32_out = table[:, 7], table[:, 8]
-        autocast = _autocast(graph, ints[:, 0], ints[:, 1], table[:, 15].astype(bool), f32_in, f32_out)
-        alloc_autocast = table[:, 12] - np.where(autocast.stays_f32, 0.0, table[:, 13] - table[:, 14])
+        ints = table[:, :7].astype(np.int64)
+        f32_in, f32_out = table[:, 8], table[:, 9]
+        autocast = _autocast(graph, ints[:, 0], ints[:, 1], table[:, 16].astype(bool), f32_in, f32_out)
+        alloc_autocast = table[:, 13] - np.where(autocast.stays_f32, 0.0, table[:, 14] - table[:, 15])
         return cls(
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
-            flops=table[:, 6], f32_numel=f32_in + f32_out, other_bytes=table[:, 9], weight_numel=table[:, 10],
-            weight_bytes=table[:, 11], alloc_bytes=np.stack([table[:, 12], alloc_autocast], axis=1),
+            cuda_core_conv=ints[:, 6].astype(bool),
+            flops=table[:, 7], f32_numel=f32_in + f32_out, other_bytes=table[:, 10], weight_numel=table[:, 11],
+            weight_bytes=table[:, 12], alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),
             free_step=_free_steps(graph, ints[:, 2].astype(bool)),
-            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 16], read1=table[:, 17],
-            written1=table[:, 18], out_dims1=table[:, 19:19 + MAX_RANK], shape_attrs=table[:, 19 + MAX_RANK:],
+            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 17], read1=table[:, 18],
+            written1=table[:, 19], out_dims1=table[:, 20:20 + MAX_RANK], shape_attrs=table[:, 20 + MAX_RANK:],
             autocast_bytes=autocast.bytes, autocast_casts=autocast.casts, autocast_f32=autocast.stays_f32,
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )

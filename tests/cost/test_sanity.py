@@ -99,6 +99,23 @@ def test_channels_last_saves_the_transposes_of_half_precision_convolutions(resne
     assert model.estimate(dw, gpu, "fp16", "nchw").latency_ms == model.estimate(dw, gpu, "fp16", "nhwc").latency_ms
 
 
+def test_convolutions_off_the_tensor_cores_run_at_the_cuda_cores_peak():
+    """A depthwise convolution (one channel per group) cannot use tensor cores: at half precision
+    cuDNN computes it in float32 on the CUDA cores, 16 times slower than the A100's tensor peak, so a
+    large-kernel one is compute-bound; a dense one with aligned channels runs at the tensor peak."""
+    from dippm_nas.hardware import get_device
+
+    with torch.device("meta"):
+        depthwise = nn.Conv2d(256, 256, 9, padding=4, groups=256, bias=False)
+        dense = nn.Conv2d(256, 256, 3, padding=1, bias=False)
+    a100, model = get_device("a100-40gb"), AnalyticalCostModel()
+    for conv, peak in ((depthwise, a100.fp32_tflops), (dense, a100.tensor_tflops("fp16"))):
+        cost = next(c for c in model.estimate(build_graph(conv, (256, 64, 64), batch=64), a100, "fp16").nodes
+                    if c.op == "nn.conv2d")
+        assert cost.bound == "compute"
+        assert cost.time_ms == pytest.approx(cost.flops / (peak * 1e12) * 1e3, rel=0.05)
+
+
 def test_unknown_layout_names_the_known_ones(resnet_graphs):
     from dippm_nas.errors import DippmError
 
