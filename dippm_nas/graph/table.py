@@ -72,12 +72,12 @@ def _tensor_core_channels(conv: Node) -> bool:
                                      or (weight[0] // groups) % TENSOR_CORE_CHANNEL_MULTIPLE)
 
 
-def _aligned_numel(conv: Node) -> int:
-    """Input plus output elements of a 2-D convolution that runs on cuDNN's tensor-core (NHWC)
-    kernels, else 0 (it runs on the CUDA cores in either layout)."""
+def _transposed_numel(conv: Node) -> int:
+    """The input elements cuDNN transposes to NHWC for a 2-D tensor-core convolution on NCHW
+    activations, else 0 (one off the tensor cores runs on the CUDA cores in either layout)."""
     if len(conv.weights[0].shape) != 4 or not _tensor_core_channels(conv):
         return 0
-    return conv.inputs[0].numel + conv.outputs[0].numel
+    return conv.inputs[0].numel
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,7 +98,7 @@ class NodeTable:
     weight_numel: np.ndarray
     weight_bytes: np.ndarray
     has_weights: np.ndarray
-    aligned_conv_numel: np.ndarray  # input + output elements of a tensor-core-aligned 2-D convolution, else 0
+    nchw_transposed_numel: np.ndarray  # input elements of a 2-D tensor-core convolution, else 0
     cuda_core_conv: np.ndarray  # a convolution whose channels keep it off the tensor cores (depthwise, RGB stems)
     kernels: np.ndarray
     alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
@@ -168,7 +168,7 @@ class NodeTable:
                 spatial = (*_pair(get("strides")), *_pair(get("dilation")), *_pair(get("padding")),
                            *_pair(get("pool_size")))
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
-                 attrs.get("kernels", 1), _aligned_numel(node) if conv else 0,
+                 attrs.get("kernels", 1), _transposed_numel(node) if conv else 0,
                  conv and not _tensor_core_channels(node),
                  node.flops, f32_in, f32_out, other, w_numel, w_bytes, block_full, block_f32, block_f32_half, f32_weight,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
@@ -184,7 +184,7 @@ class NodeTable:
         alloc_autocast = table[:, 13] - np.where(autocast.stays_f32, 0.0, table[:, 14] - table[:, 15])
         return cls(
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
-            has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], aligned_conv_numel=table[:, 5],
+            has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], nchw_transposed_numel=table[:, 5],
             cuda_core_conv=ints[:, 6].astype(bool),
             flops=table[:, 7], f32_numel=f32_in + f32_out, other_bytes=table[:, 10], weight_numel=table[:, 11],
             weight_bytes=table[:, 12], alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),

@@ -80,7 +80,7 @@ def test_breakdown_names_the_dominant_operators(resnet_graphs):
 
 
 def test_channels_last_saves_the_transposes_of_half_precision_convolutions(resnet_graphs):
-    """NCHW at fp16 pays cuDNN's two transposes per tensor-core convolution; channels_last does not;
+    """NCHW at fp16 pays cuDNN's transpose of a tensor-core convolution's input; channels_last does not;
     fp32 and depthwise (CUDA-core) convolutions are the same in both layouts."""
     g, model = resnet_graphs[8], AnalyticalCostModel()
     from dippm_nas.hardware import get_device
@@ -90,6 +90,9 @@ def test_channels_last_saves_the_transposes_of_half_precision_convolutions(resne
     convs = {n.id for n in g.nodes if n.category == "conv"}
     slower = {a.node for a, b in zip(nchw.nodes, nhwc.nodes) if a.time_ms > b.time_ms}
     assert slower and slower <= convs and nchw.latency_ms > nhwc.latency_ms
+    inputs = {n.id: n.inputs[0].numel for n in g.nodes}
+    assert all(a.bytes - b.bytes == 2 * 2 * inputs[a.node]  # the input read and written once more
+               for a, b in zip(nchw.nodes, nhwc.nodes) if a.node in slower)
     stem = next(n for n in g.nodes if n.category == "conv")  # 3 input channels: no tensor cores
     assert stem.id not in slower
     assert model.estimate(g, gpu, "fp32", "nchw").latency_ms == model.estimate(g, gpu, "fp32", "nhwc").latency_ms
