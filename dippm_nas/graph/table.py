@@ -73,11 +73,9 @@ def _tensor_core_channels(conv: Node) -> bool:
 
 
 def _transposed_numel(conv: Node) -> int:
-    """The input elements cuDNN transposes to NHWC for a 2-D tensor-core convolution on NCHW
-    activations, else 0 (one off the tensor cores runs on the CUDA cores in either layout)."""
-    if len(conv.weights[0].shape) != 4 or not _tensor_core_channels(conv):
-        return 0
-    return conv.inputs[0].numel
+    """The input elements cuDNN transposes to NHWC for a tensor-core convolution on NCHW
+    activations: those of a 2-D one (one off the tensor cores runs on the CUDA cores in either layout)."""
+    return conv.inputs[0].numel if len(conv.weights[0].shape) == 4 else 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,9 +165,9 @@ class NodeTable:
                 get = attrs.get
                 spatial = (*_pair(get("strides")), *_pair(get("dilation")), *_pair(get("padding")),
                            *_pair(get("pool_size")))
+            tensor_cores = conv and _tensor_core_channels(node)
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
-                 attrs.get("kernels", 1), _transposed_numel(node) if conv else 0,
-                 conv and not _tensor_core_channels(node),
+                 attrs.get("kernels", 1), _transposed_numel(node) if tensor_cores else 0, conv and not tensor_cores,
                  node.flops, f32_in, f32_out, other, w_numel, w_bytes, block_full, block_f32, block_f32_half, f32_weight,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
                  *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
