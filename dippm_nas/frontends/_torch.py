@@ -166,6 +166,26 @@ def _recurrent(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
     return _generic_converter(_op_name(node), attrs)(node, importer)
 
 
+def _convolution(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
+    """A convolution TVM's importer does not convert (``padding="same"`` gives ``_convolution_mode``),
+    kept whole with the attributes Relax's own convolutions carry: groups (a depthwise convolution
+    must not read as a dense one), strides, dilation and padding (lows, then highs)."""
+    args = node.args
+    stride, padding, dilation = args[3], args[4], args[5]
+    groups = args[6] if _op_name(node) == "_convolution_mode.default" else args[8]
+    kernel = tuple(int(k) for k in args[1].meta["val"].shape[2:])
+    dilation = tuple(int(d) for d in dilation) or (1,) * len(kernel)
+    if isinstance(padding, str):  # "valid" or "same" (odd kernels pad alike on both sides)
+        total = [d * (k - 1) if padding == "same" else 0 for k, d in zip(kernel, dilation)]
+        lows = [t // 2 for t in total]
+        padding = (*lows, *(t - lo for t, lo in zip(total, lows)))
+    else:
+        padding = (*(int(p) for p in padding), *(int(p) for p in padding))
+    attrs = {"strides": tuple(int(v) for v in stride), "dilation": dilation, "padding": padding,
+             "groups": int(groups)}
+    return _generic_converter(_op_name(node), attrs)(node, importer)
+
+
 def _kept_whole(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
     """An operator PyTorch eager runs as one kernel that TVM spells as several: hard swish becomes
     add, clip, divide and multiply there (four kernels and four passes over memory where PyTorch
@@ -175,8 +195,10 @@ def _kept_whole(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 
 
 #: Converters TVM's importer lacks or that we replace: plain Relax operators under another name, and
-#: operators kept whole (recurrent layers, hard activations, vector norms, rolls).
+#: operators kept whole (recurrent layers, convolutions it does not convert, hard activations, vector
+#: norms, rolls).
 EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurrent, "gru.input": _recurrent,
+                    "_convolution_mode.default": _convolution, "convolution.default": _convolution,
                     **{op: _kept_whole for op in ops.kept_whole_aten()}}
 
 

@@ -172,6 +172,23 @@ class HardActivationsNormAndRoll(nn.Module):
         return torch.linalg.vector_norm(y, dim=1)
 
 
+def test_same_padding_convolution_reads_as_the_explicit_one():
+    """``padding="same"`` exports as ``_convolution_mode``, which TVM's importer does not convert: it
+    stays one convolution with its groups, strides, dilation and padding, so a depthwise one (ConvMixer's)
+    costs and reads as a depthwise one, not as a dense convolution with an unknown layout."""
+    with torch.device("meta"):
+        same = nn.Conv2d(64, 64, 7, padding="same", dilation=2, groups=64, bias=False)
+        explicit = nn.Conv2d(64, 64, 7, padding=6, dilation=2, groups=64, bias=False)
+    (a,), (b,) = (build_graph(m, (64, 28, 28), batch=2).nodes for m in (same, explicit))
+    assert a.attrs["aten"] == "_convolution_mode.default" and a.kind == b.kind == "conv2d"
+    assert a.outputs[0].shape == b.outputs[0].shape and a.flops == b.flops
+    assert {k: a.attrs[k] for k in ("groups", "strides", "dilation", "padding")} == {
+        "groups": 64, "strides": (1, 1), "dilation": (2, 2), "padding": (6, 6, 6, 6)}
+    assert (b.attrs["groups"], tuple(b.attrs["padding"])) == (64, (6, 6, 6, 6))
+    ta, tb = NodeTable.of(build_graph(same, (64, 28, 28), batch=2)), NodeTable.of(build_graph(explicit, (64, 28, 28), batch=2))
+    assert (ta.shape_attrs == tb.shape_attrs).all() and ta.cuda_core_conv.all()
+
+
 def test_hard_activations_norm_and_roll_are_one_kernel_each_as_in_pytorch():
     """TVM spells hard swish as four elementwise operators, a vector norm as four and a roll over two
     axes as slices and two concatenations; PyTorch eager runs one kernel for each, and the graph
