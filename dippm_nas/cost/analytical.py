@@ -115,9 +115,9 @@ class AnalyticalCostModel:
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
         if half:
             # Autocast runs each operator in its own precision and casts activations between them
-            # (the AUTOCAST_* sets in ops). It also casts each fp32 weight of a tensor-core operator to half
-            # per forward: one more kernel that reads 4 bytes and writes 2 per element, and the
-            # operator then reads the 2-byte copy.
+            # (the AUTOCAST_* sets in ops). It also casts each fp32 weight of a convolution, matmul or
+            # attention to half per forward, whether or not it then runs on tensor cores: one more
+            # kernel that reads 4 bytes and writes 2 per element, and the operator then reads the 2-byte copy.
             cast = tensor_core & table.has_weights
             moved = table.autocast_bytes + table.other_bytes + np.where(
                 cast, table.weight_numel * (4 + 2 + 2), table.weight_bytes)

@@ -179,13 +179,14 @@ def test_same_padding_convolution_reads_as_the_explicit_one():
     with torch.device("meta"):
         same = nn.Conv2d(64, 64, 7, padding="same", dilation=2, groups=64, bias=False)
         explicit = nn.Conv2d(64, 64, 7, padding=6, dilation=2, groups=64, bias=False)
-    (a,), (b,) = (build_graph(m, (64, 28, 28), batch=2).nodes for m in (same, explicit))
+    g_same, g_explicit = (build_graph(m, (64, 28, 28), batch=2) for m in (same, explicit))
+    (a,), (b,) = g_same.nodes, g_explicit.nodes
     assert a.attrs["aten"] == "_convolution_mode.default" and a.kind == b.kind == "conv2d"
     assert a.outputs[0].shape == b.outputs[0].shape and a.flops == b.flops
     assert {k: a.attrs[k] for k in ("groups", "strides", "dilation", "padding")} == {
         "groups": 64, "strides": (1, 1), "dilation": (2, 2), "padding": (6, 6, 6, 6)}
     assert (b.attrs["groups"], tuple(b.attrs["padding"])) == (64, (6, 6, 6, 6))
-    ta, tb = NodeTable.of(build_graph(same, (64, 28, 28), batch=2)), NodeTable.of(build_graph(explicit, (64, 28, 28), batch=2))
+    ta, tb = NodeTable.of(g_same), NodeTable.of(g_explicit)
     assert (ta.shape_attrs == tb.shape_attrs).all() and ta.cuda_core_conv.all()
 
 
