@@ -8,11 +8,13 @@ For each operator :math:`i` with :math:`F_i` FLOPs and :math:`B_i` bytes moved:
 
 .. math::
 
-    t_i = \max(F_i / P_{unit}, B_i / W) + k_i \cdot t_{launch}
+    t_i = \max(F_i / P_{unit}, B_i / W, n_i t_{mem}) + k_i \cdot t_{launch}
 
 where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision (tensor cores for
 matmuls and for convolutions whose channels per group suit them, the CUDA cores otherwise), :math:`W` the
-memory bandwidth and :math:`k_i` the number of kernels it launches. Views (reshape, permute,
+memory bandwidth, :math:`k_i` the number of kernels it launches, and :math:`n_i` the iterations each
+thread of a kernel runs one after another where ATen's kernel loops in every thread (bilinear upsampling
+of NCHW planes), each waiting one memory round trip :math:`t_{mem}`. Views (reshape, permute,
 slicing) are free, as in PyTorch eager; the copies eager makes where a view is impossible are nodes of
 the graph (:mod:`dippm_nas.graph.eager_layout`). Energy is :math:`\sum_i t_i (P_{idle} + (P_{TDP} - P_{idle})
 u_i)` with :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. Half precision means
@@ -46,6 +48,14 @@ MIB = 2**20
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
 #: stream; PyTorch eager adds its dispatch on top, which hides behind the GPU for larger kernels.
 KERNEL_OVERHEAD_US = 4.0
+
+#: One dependent round trip to device memory: about 230-250 ns on the GDDR6 and GDDR6X cards by
+#: pointer chasing (Chips and Cheese, "Measuring GPU Memory Latency", 2021: 226 ns on a 6900 XT,
+#: Ampere's about the same); HBM parts are in the same range. A kernel whose threads each loop over
+#: many elements in turn, with too few threads to hide it, pays it once per iteration. EfficientFormerV2
+#: upsamples 1024 channels from 7x7 to 14x14 that way two to six times: timm measured its models (family
+#: split: training records) at a median 6.3 times the analytical latency without this term, 1.03 with it.
+MEMORY_ROUND_TRIP_NS = 250.0
 
 #: CUDA context of a PyTorch process: 300-400 MB with lazy module loading, PyTorch's default since
 #: 1.13 (reference/README.md); the middle of that range.
@@ -143,9 +153,14 @@ class AnalyticalCostModel:
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
         busy_s = np.maximum(compute_s, memory_s)
+        # A kernel that loops over planes in every thread (ATen's NCHW bilinear upsampling) is bound
+        # by memory latency: each iteration waits on its loads, one wave of blocks after another.
+        waves = np.ceil(table.serial_blocks / device.sm_count)
+        latency_s = table.serial_iterations * waves * MEMORY_ROUND_TRIP_NS * 1e-9
+        run_s = np.maximum(busy_s, latency_s)
         view = table.is_view
-        bound = np.where(overhead_s > busy_s, 2, np.where(compute_s >= memory_s, 0, 1))
-        return Roofline(time_s=np.where(view, 0.0, busy_s + overhead_s), busy_s=np.where(view, 0.0, busy_s),
+        bound = np.where(overhead_s > run_s, 2, np.where(compute_s >= np.maximum(memory_s, latency_s), 0, 1))
+        return Roofline(time_s=np.where(view, 0.0, run_s + overhead_s), busy_s=np.where(view, 0.0, busy_s),
                         moved=np.where(view, 0.0, moved), bound=np.where(view, 3, bound))
 
     # -- memory ---------------------------------------------------------------------------------

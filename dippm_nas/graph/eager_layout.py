@@ -174,7 +174,31 @@ def _elementwise(inputs: list[torch.Tensor], attrs: dict[str, object], outs: lis
     return Layout((), (_own_strides(out),))
 
 
+@rule("image_resize2d")
+def _resize(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+    """ATen's upsampling kernels write their output in the layout their input suggests."""
+    if not suggests_channels_last(tuple(inputs[0].shape), tuple(inputs[0].stride())) or len(outs[0]) != 4:
+        return CONTIGUOUS
+    return Layout((), (tuple(torch.empty(outs[0], device="meta", memory_format=torch.channels_last).stride()),))
+
+
 _CATEGORY_RULES: dict[str, Rule] = {"elementwise": _elementwise, "activation": _elementwise}
+
+#: Operators whose ATen kernel is chosen by the layout of their input; the graph reader records that
+#: layout in their ``eager_channels_last`` attribute (:func:`suggests_channels_last`).
+DISPATCH_ON_LAYOUT = frozenset({"image_resize2d"})
+
+
+def suggests_channels_last(shape: Shape, strides: Strides | None) -> bool:
+    """Whether ATen dispatches a 4-D tensor to its channels-last kernels (``suggest_memory_format``):
+    channels-last strides, contiguous or not; a token sequence transposed into an image has them."""
+    if strides is None or len(shape) != 4:
+        return False
+    from torch._prims_common import suggest_memory_format
+
+    if shape[0] == 1:  # graphs are read at batch 1, where the batch stride is arbitrary: give it the batch's span
+        strides = (max(s * n for s, n in zip(strides[1:], shape[1:])), *strides[1:])
+    return suggest_memory_format(on_meta(shape, strides)) == torch.channels_last
 
 
 #: Operators that may copy inputs that are all contiguous: a broadcast batch is expanded first.

@@ -64,6 +64,27 @@ def _per_sample(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
     return (*shape[:k], shape[k] // batch, *shape[k + 1:])
 
 
+#: ATen's bilinear and bicubic upsampling of an NCHW input (``upsample_bilinear2d_out_frame`` in
+#: UpSampleBilinear2d.cu, the bicubic kernel alike) runs one thread per output pixel, and each thread
+#: loops over every (sample, channel) plane in turn; a channels-last input gets one thread per output
+#: element instead, and nearest-neighbour upsampling spreads the planes over threads in either layout.
+SERIAL_RESIZE_METHODS = frozenset({"linear", "cubic"})
+#: Threads per block of those kernels (min(maxThreadsPerBlock, 1024)).
+SERIAL_LOOP_BLOCK_THREADS = 1024
+
+
+def _serial_loop(node: Node) -> tuple[int, int]:
+    """(iterations each thread runs one after another, thread blocks) of a kernel that loops over
+    the planes of its tensor in every thread; (0, 0) for every other operator."""
+    attrs = node.attrs
+    if (attrs.get("method") not in SERIAL_RESIZE_METHODS or attrs.get("eager_channels_last")
+            or attrs.get("layout", "NCHW") != "NCHW" or not node.inputs or len(node.outputs[0].shape) != 4):
+        return 0, 0
+    n, c = node.inputs[0].shape[:2]
+    h, w = node.outputs[0].shape[2:]
+    return n * c, -(-h * w // SERIAL_LOOP_BLOCK_THREADS)
+
+
 def _tensor_core_channels(conv: Node) -> bool:
     """Whether cuDNN can run this convolution on tensor cores: its channels per group suit them."""
     weight = conv.weights[0].shape
@@ -98,6 +119,8 @@ class NodeTable:
     has_weights: np.ndarray
     nchw_transposed_numel: np.ndarray  # input elements of a 2-D tensor-core convolution, else 0
     cuda_core_conv: np.ndarray  # a convolution whose channels keep it off the tensor cores (depthwise, RGB stems)
+    serial_iterations: np.ndarray  # iterations each thread runs in turn (:func:`_serial_loop`), else 0
+    serial_blocks: np.ndarray  # the thread blocks of such a kernel
     kernels: np.ndarray
     alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
@@ -180,10 +203,13 @@ class NodeTable:
         f32_in, f32_out = table[:, 8], table[:, 9]
         autocast = _autocast(graph, ints[:, 0], ints[:, 1], table[:, 16].astype(bool), f32_in, f32_out)
         alloc_autocast = table[:, 13] - np.where(autocast.stays_f32, 0.0, table[:, 14] - table[:, 15])
+        serial = np.zeros((len(rows), 2))
+        for i in np.flatnonzero(ints[:, 0] == kinds["image_resize2d"]):
+            serial[i] = _serial_loop(graph.nodes[i])
         return cls(
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], nchw_transposed_numel=table[:, 5],
-            cuda_core_conv=ints[:, 6].astype(bool),
+            cuda_core_conv=ints[:, 6].astype(bool), serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
             flops=table[:, 7], f32_numel=f32_in + f32_out, other_bytes=table[:, 10], weight_numel=table[:, 11],
             weight_bytes=table[:, 12], alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),
             free_step=_free_steps(graph, ints[:, 2].astype(bool)),

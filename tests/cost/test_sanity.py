@@ -119,6 +119,40 @@ def test_convolutions_off_the_tensor_cores_run_at_the_cuda_cores_peak():
         assert cost.time_ms == pytest.approx(cost.flops / (peak * 1e12) * 1e3, rel=0.05)
 
 
+def test_bilinear_upsampling_of_nchw_planes_is_bound_by_memory_latency():
+    """ATen's bilinear upsampling of an NCHW tensor runs one thread per output pixel, each looping over
+    every (sample, channel) plane: EfficientFormerV2's 7x7 -> 14x14 upsampling of 1024 channels runs
+    196 threads through 1024 planes per sample, one memory round trip each. A channels-last input
+    (CoaT's tokens transposed into an image) and nearest-neighbour upsampling are spread over threads
+    and stay memory-bound by bandwidth."""
+    from dippm_nas.cost.analytical import MEMORY_ROUND_TRIP_NS
+    from dippm_nas.hardware import get_device
+
+    class Upsample(nn.Module):
+        def __init__(self, mode: str, tokens: bool):
+            super().__init__()
+            self.mode, self.tokens = mode, tokens
+            self.mix = nn.Linear(64, 64)
+
+        def forward(self, x):
+            if self.tokens:  # tokens (B, H*W, C) from a linear layer, back to an image as a transposed view
+                b, c, h, w = x.shape
+                x = self.mix(x.flatten(2).transpose(1, 2)).transpose(1, 2).reshape(b, c, h, w)
+            return nn.functional.interpolate(x, scale_factor=2, mode=self.mode)
+
+    device, model = get_device("rtx3090"), AnalyticalCostModel()
+    times = {}
+    for mode, tokens in (("bilinear", False), ("bilinear", True), ("nearest", False)):
+        graph = build_graph(Upsample(mode, tokens), (64, 7, 7), batch=256)
+        (node,) = [n for n in graph.nodes if n.kind == "image_resize2d"]
+        assert node.attrs["eager_channels_last"] is tokens
+        cost = next(c for c in model.estimate(graph, device, "fp16").nodes if c.node == node.id)
+        times[mode, tokens] = cost.time_ms
+        assert cost.bound == "memory"  # by bandwidth, or by latency
+    assert times["bilinear", False] == pytest.approx(256 * 64 * MEMORY_ROUND_TRIP_NS * 1e-6, rel=0.01)
+    assert max(times["bilinear", True], times["nearest", False]) < times["bilinear", False] / 10
+
+
 def test_unknown_layout_names_the_known_ones(resnet_graphs):
     from dippm_nas.errors import DippmError
 
