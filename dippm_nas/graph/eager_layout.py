@@ -13,8 +13,9 @@ happen: each rule replays the operator on ``meta`` tensors with those strides, u
 that sees the ``clone`` calls of ATen's own decompositions. A copy found becomes a node of its own
 (a layout transform) feeding the operator, so the graph, the roofline and the liveness all see it.
 Outputs take the strides eager gives them: views keep their input's, elementwise operators follow
-their inputs' layout (TensorIterator), every other kernel writes a contiguous tensor, attention in
-the (batch, tokens, heads, dim) layout Relax gives it, as flash and memory-efficient attention do.
+their inputs' layout (TensorIterator), upsampling the layout its input suggests, every other kernel
+writes a contiguous tensor, attention in the (batch, tokens, heads, dim) layout Relax gives it, as flash
+and memory-efficient attention do.
 """
 
 from __future__ import annotations
