@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dippm_nas.cost import analytical, learned  # noqa: F401  (register the cost models)
-from dippm_nas.cost.base import Prediction, get_cost_model
+from dippm_nas.cost.base import NodeCost, Prediction, get_cost_model
 from dippm_nas.errors import DippmError
 from dippm_nas.frontends import load_model
 from dippm_nas.graph.from_relax import relax_to_graph
@@ -71,11 +71,28 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     >>> p = predict("resnet18", batch=8, device="a100-40gb")  # doctest: +SKIP
     >>> p.latency_ms, p.memory_mb, p.mig_profile                 # doctest: +SKIP
     """
-    gpu = get_device(device)  # fail on bad arguments before the slow import
+    graph = checked_graph(model, input_shape, batch, device, precision, layout)
+    return predict_graph(graph, device, precision, cost_model, mig_margin, layout=layout)
+
+
+def checked_graph(model: Any, input_shape: InputLike, batch: int, device: str | Device, precision: str,
+                  layout: str) -> ModelGraph:
+    """The model's graph at ``batch``, once the prediction's arguments are checked: bad ones fail
+    before the slow export."""
+    get_device(device)
     check_precision(precision)
     check_layout(layout)
-    graph = build_graph(model, input_shape, check_batch(batch))
-    return predict_graph(graph, gpu, precision, cost_model, mig_margin, layout=layout)
+    return build_graph(model, input_shape, check_batch(batch))
+
+
+def slowest_operators(graph: ModelGraph, prediction: Prediction, n: int) -> tuple[list[NodeCost], str]:
+    """The ``n`` operators that take the most time, and which model timed them: a learned model
+    corrects the total only, so its operators are timed by the analytical roofline."""
+    if prediction.estimate and prediction.estimate.nodes:
+        return prediction.estimate.top_nodes(n), prediction.estimate.cost_model
+    estimate = get_cost_model("analytical").estimate(graph, get_device(prediction.device), prediction.precision,
+                                                     prediction.layout)
+    return estimate.top_nodes(n), estimate.cost_model
 
 
 @dataclass(frozen=True)

@@ -71,14 +71,17 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from dippm_nas._predict import predict
+    from dippm_nas._predict import checked_graph, predict_graph, slowest_operators
 
-    p = predict(args.model, _inputs(args), args.batch, args.device, args.precision,
-                cost_model=args.cost_model, mig_margin=args.mig_margin, layout=args.layout)
+    graph = checked_graph(args.model, _inputs(args), args.batch, args.device, args.precision, args.layout)
+    p = predict_graph(graph, args.device, args.precision, cost_model=args.cost_model, mig_margin=args.mig_margin,
+                      layout=args.layout)
+    operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
     if args.json:
         out = p.to_dict()
         if args.top:
-            out["top_operators"] = [vars(c) for c in p.estimate.top_nodes(args.top)]
+            out["top_operators"] = [vars(c) for c in operators]
+            out["top_operators_cost_model"] = timed_by
         print(json.dumps(out, indent=2))
         return 0
     rows = [
@@ -94,9 +97,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         m = p.estimate.memory
         print(f"\nmemory = context {m.context_mib:.0f} + weights {m.weights_mib:.0f} + activations "
               f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} MiB")
-    if args.top and p.estimate:
+    if operators:
         rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound]
-                for c in p.estimate.top_nodes(args.top)]
+                for c in operators]
+        if timed_by != p.cost_model:
+            print(f"\nthe slowest operators as the {timed_by} model times them ({p.cost_model.split(' ')[0]} "
+                  "corrects the total, not each operator):", end="")
         print("\n" + _table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound"]))
     for note in p.notes:
         print(f"note: {note}")

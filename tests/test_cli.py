@@ -28,6 +28,19 @@ def test_predict_json(capsys):
     assert data["device"] == "a100-40gb" and data["batch"] == 2 and len(data["top_operators"]) == 3
 
 
+def test_slowest_operators_of_a_learned_prediction_are_the_rooflines(capsys):
+    """PMGNS corrects the total latency only: --top lists the analytical model's per-operator times
+    and says so, rather than an empty table."""
+    code, out, _ = _run(capsys, "predict", "resnet18", "--batch", "2", "--device", "rtx3090", "--precision", "fp16",
+                        "--json", "--top", "3")
+    data = json.loads(out)
+    assert code == 0 and data["cost_model"].startswith("pmgns")
+    assert len(data["top_operators"]) == 3 and data["top_operators_cost_model"] == "analytical"
+    code, out, _ = _run(capsys, "predict", "resnet18", "--batch", "2", "--device", "rtx3090", "--precision", "fp16",
+                        "--top", "3")
+    assert code == 0 and "as the analytical model times them" in out and "nn.conv2d" in out
+
+
 def test_predict_table_and_devices_and_mig(capsys):
     code, out, _ = _run(capsys, "predict", "resnet18", "--batch", "4", "--device", "h100-sxm")
     assert code == 0 and "latency" in out and "h100-sxm" in out and "MIG profile" in out
