@@ -185,8 +185,9 @@ def _resize(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Sha
 
 _CATEGORY_RULES: dict[str, Rule] = {"elementwise": _elementwise, "activation": _elementwise}
 
-#: Operators whose ATen kernel is chosen by the layout of their input; the graph reader records that
-#: layout in their ``eager_channels_last`` attribute (:func:`suggests_channels_last`).
+#: Operators whose ATen kernel is chosen by the layout of their input; their rule gives them a
+#: channels-last output exactly when it is, and the graph reader records that in their
+#: ``eager_channels_last`` attribute.
 DISPATCH_ON_LAYOUT = frozenset({"image_resize2d"})
 
 

@@ -232,8 +232,8 @@ class _Converter:
         layout = eager_layout.layout_of(
             op_name, kind, category, [(l.tensor.shape, l.strides if isinstance(l, _Act) else None) for l in leaves],
             attrs, [t.shape for t in outs])
-        if kind in eager_layout.DISPATCH_ON_LAYOUT and acts:
-            attrs["eager_channels_last"] = eager_layout.suggests_channels_last(acts[0].tensor.shape, acts[0].strides)
+        if kind in eager_layout.DISPATCH_ON_LAYOUT:
+            attrs["eager_channels_last"] = bool(layout.strides and layout.strides[0])
         for index, shape in layout.copies:
             if isinstance(leaves[index], _Act):
                 leaves[index] = self.copy(leaves[index], shape)
