@@ -143,9 +143,15 @@ def cmd_mig(args: argparse.Namespace) -> int:
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     from dippm_nas.measure.config import write_manifest
-    from dippm_nas.measure.manifest import build_manifest
+    from dippm_nas.measure.manifest import build_manifest, records_manifest
 
-    configs = build_manifest(args.seed, args.per_family, _ints(args.batches), args.precisions.split(","))
+    batches, precisions = _ints(args.batches), args.precisions.split(",")
+    if args.from_records:
+        if not os.path.exists(args.from_records):
+            raise DippmError(f"no records at {args.from_records}; build them with `dippm-nas dataset`.")
+        configs = records_manifest(args.from_records, args.seed, args.per_family, batches, precisions)
+    else:
+        configs = build_manifest(args.seed, args.per_family, batches, precisions)
     write_manifest(configs, args.out)
     models = {c.model for c in configs}
     families = {c.family for c in configs}
@@ -295,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     mf.add_argument("--per-family", type=int, default=3, help="models per timm family (default: 3)")
     mf.add_argument("--batches", default="1,8,32,128,256", help="default: 1,8,32,128,256")
     mf.add_argument("--precisions", default="fp32,fp16", help="default: fp32,fp16")
+    mf.add_argument("--from-records", metavar="CSV", nargs="?", const="data/records.csv", default=None,
+                    help="draw the models from the data set's records (default data/records.csv) at the input "
+                         "size they were measured at, so their featurized graphs serve the new rows too")
     mf.set_defaults(func=cmd_manifest)
     me = sub.add_parser("measure", help="measure latency, energy and memory on this machine's GPU",
                         description="Runs each configuration of the manifest with random weights and appends "

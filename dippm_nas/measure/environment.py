@@ -8,8 +8,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-PROTOCOL = ("dippm-nas-v1: random weights, eval, inference_mode; warm-up >= 5 iterations until the "
-            "median of the last 5 moves < 2 %; timed >= 30 iterations and >= 1 s")
+PROTOCOL = ("dippm-nas-v1: random weights, eval, inference_mode, torch.autocast for fp16/bf16; warm-up >= 5 "
+            "iterations until the median of the last 5 moves < 2 %; timed >= 30 iterations and >= 1 s (CUDA "
+            "events per iteration, median); energy = NVML energy counter over the timed window / iterations; "
+            "memory = CUDA context + peak reserved from the resident model onwards (input and run included)")
 
 
 @dataclass(frozen=True)

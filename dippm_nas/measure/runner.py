@@ -70,6 +70,29 @@ def build_model(cfg: MeasureConfig) -> torch.nn.Module:
     return getattr(importlib.import_module(module_name), attr)()
 
 
+class ModelOnDevice:
+    """The last model built, kept on the device: consecutive configurations of one model (its batches
+    and precisions) build it once, which is most of a small configuration's time."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._key: tuple[str, str, str] | None = None
+        self._model: torch.nn.Module | None = None
+
+    def __call__(self, cfg: MeasureConfig) -> torch.nn.Module:
+        key = (cfg.source, cfg.model, cfg.layout)
+        if key != self._key:
+            self.drop()
+            model = build_model(cfg).to(self.device).eval()
+            if cfg.layout == "nhwc":
+                model = model.to(memory_format=torch.channels_last)
+            self._key, self._model = key, model
+        return self._model
+
+    def drop(self) -> None:
+        self._key = self._model = None
+
+
 def context_memory_mib(device_kind: str) -> float | None:
     """NVML used memory once CUDA, cuBLAS and cuDNN are initialised, minus before, minus what the
     allocator holds: the context and library handles the process pays before its first tensor."""
@@ -93,8 +116,9 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None) -> dict[str, object]:
-    device = torch.device(env.device_kind)
+def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
+                models: ModelOnDevice) -> dict[str, object]:
+    device = models.device
     row: dict[str, object] = {
         "key": cfg.key, "model": cfg.model, "source": cfg.source, "family": cfg.family,
         "input_shape": "x".join(map(str, cfg.input_shape)), "batch": cfg.batch,
@@ -102,13 +126,13 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None)
     }
     model = x = None
     try:
-        if env.device_kind == "cuda":
+        model = models(cfg)
+        if env.device_kind == "cuda":  # the peak from here on: the resident weights, the input, the run
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        model = build_model(cfg).to(device).eval()
         x = torch.randn(cfg.batch, *cfg.input_shape, device=device)
         if cfg.layout == "nhwc":
-            model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+            x = x.to(memory_format=torch.channels_last)
         autocast = (torch.autocast(env.device_kind, dtype=_AUTOCAST[cfg.precision])
                     if cfg.precision in _AUTOCAST else contextlib.nullcontext())
         meter = EnergyMeter() if env.device_kind == "cuda" else None
@@ -132,6 +156,7 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None)
             row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     except Exception as exc:  # an out-of-memory or a model that fails is a result to record
         row.update(status="oom" if _is_oom(exc) else "error", error=one_line(exc))
+        models.drop()
     finally:
         del model, x
         gc.collect()
@@ -153,6 +178,7 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
     start = time.monotonic()
     env = describe(device_kind)
     context = context_memory_mib(device_kind)
+    models = ModelOnDevice(torch.device(device_kind))
     longest = 0.0
     for i, cfg in enumerate(todo, 1):
         elapsed = time.monotonic() - start
@@ -160,7 +186,7 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
             progress(f"budget of {budget_s:.0f} s reached after {i - 1} configurations; rerun to continue")
             return i - 1
         began = time.monotonic()
-        row = measure_one(cfg, env, context)
+        row = measure_one(cfg, env, context, models)
         row.update(env.as_row(), measured_by=measured_by, date=utc_now())
         append_row(out, row)
         longest = max(longest, time.monotonic() - began)
