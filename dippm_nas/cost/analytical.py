@@ -165,7 +165,12 @@ class AnalyticalCostModel:
 
     # -- memory ---------------------------------------------------------------------------------
     def peak_activations(self, table: NodeTable, precision: str) -> float:
-        """Peak bytes of live tensors when the operators run in order; a view shares its input."""
+        """Peak bytes of live tensors when the operators run in order; a view shares its input.
+
+        Under autocast each convolution or matmul also holds a half-precision copy of its float32
+        weight while it runs: in inference mode autocast casts the weights again at every call (its
+        cache keeps only casts of tensors that require grad outside inference mode; PyTorch 2.15 on
+        the CPU casts a Linear's weight three times in three calls, once under no_grad)."""
         half = int(precision in HALF_PRECISIONS)
         inputs = table.input_bytes
         if not len(table):
@@ -174,13 +179,12 @@ class AnalyticalCostModel:
         sizes = np.where(owns, table.alloc_bytes[:, half], 0.0)
         freed = np.bincount(table.free_step[owns], weights=sizes[owns], minlength=len(table) + 1)[:len(table)]
         live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
+        if half:
+            live = live + np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0)
         return max(inputs, float(live.max()))
 
     def memory(self, table: NodeTable, precision: str) -> MemoryBreakdown:
         weights = float(table.param_bytes)
-        if precision in HALF_PRECISIONS:
-            # Autocast keeps the half-precision copies of the weights it cast for this forward.
-            weights += float(table.weight_numel[_TENSOR_CORE[table.category]].sum()) * 2
         activations = _round_up(self.peak_activations(table, precision), ALLOCATOR_PAGE_BYTES)
         return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB)
 

@@ -2,8 +2,9 @@
 
 It answers only where it was trained: a device and precision in its card. Elsewhere it raises
 :class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so.
-Only latency is learned from the data so far; energy is the analytical power times the learned time,
-memory the analytical liveness model, and the cost-model label says exactly that.
+Latency is learned on every device of the card; energy and memory only on the devices where the
+harness measured them (the card's ``target_devices``). Elsewhere energy is the analytical power times
+the learned time and memory the analytical liveness model, and the cost-model label says which.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class Card:
     devices: tuple[str, ...]
     precisions: tuple[str, ...]
     families: frozenset[str]
-    targets: tuple[str, ...]
-    torch_version: str
+    #: The devices whose records had each target: the learned energy and memory hold only there.
+    target_devices: dict[str, tuple[str, ...]]
+    #: Per device, the newest PyTorch among its records: a prediction is for that runtime.
+    torch_versions: dict[str, str]
     raw: dict
     #: (batch, records) over the training records: how much of the data a request's batch resembles.
     batches: tuple[tuple[int, int], ...] = ()
@@ -70,7 +73,8 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in fitted.model.state_dict().items()}, str(path.with_suffix(".safetensors")))
     records = [ts.records[i] for i in trained_on]
-    trained = [t for i, t in enumerate(TARGETS) if not np.all(np.isnan(ts.targets[trained_on, i]))]
+    target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
+                      for i, t in enumerate(TARGETS)}
     batches, counts = np.unique([r.batch for r in records], return_counts=True)
     card = {
         "config": vars(fitted.config), "static_features": ts.static_names,
@@ -78,7 +82,8 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
         "node_mean": fitted.node_mean.tolist(), "node_std": fitted.node_std.tolist(),
         "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
-        "targets": trained, "torch_version": max((r.torch for r in records), key=_version_key),
+        "target_devices": {t: d for t, d in target_devices.items() if d}, "torch_versions": {d: max((r.torch for r in records if r.device == d), key=_version_key)
+                           for d in sorted({r.device for r in records})},
         "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
         "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
     }
@@ -99,7 +104,7 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
     model.eval()
     card = Card(raw["config"], raw["static_features"], torch.tensor(raw["static_mean"]), torch.tensor(raw["static_std"]),
                 torch.tensor(raw["node_mean"]), torch.tensor(raw["node_std"]), tuple(raw["devices"]),
-                tuple(raw["precisions"]), frozenset(raw["families"]), tuple(raw["targets"]), raw["torch_version"], raw,
+                tuple(raw["precisions"]), frozenset(raw["families"]), {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
                 tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
                 raw.get("held_out_family_latency", {}).get("mape"))
     return model, card
@@ -214,16 +219,19 @@ class PMGNSCostModel:
             raise NotCovered(reason)
         table = graph.table  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
-                   "torch": self.card.torch_version}
+                   "torch": self.card.torch_versions[device.key]}
         inputs = record_inputs(table, request, self.analytical)
         analytical = inputs.estimate
         with torch.inference_mode(), one_thread():
             out = self._correction(graph, inputs)[0]
-        ratio = math.exp(float(out[0]))
+        ratio = dict(zip(TARGETS, (math.exp(v) for v in out.tolist())))
+        learned = [t for t in TARGETS[1:] if device.key in self.card.target_devices.get(t, ())]
+        # Where no energy was measured on this device, the analytical power over the learned time.
+        energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
+        memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
         return Estimate(
-            latency_ms=analytical.latency_ms * ratio, energy_j=analytical.energy_j * ratio,
-            memory_mib=analytical.memory_mib, memory=analytical.memory,
-            cost_model="pmgns (latency learned; energy = analytical power x learned time; memory analytical)",
+            latency_ms=analytical.latency_ms * ratio["latency_ms"], energy_j=energy, memory_mib=memory,
+            memory=analytical.memory, cost_model=_learned_label(learned),
             notes=coverage_notes(self.card, graph.family, graph.batch),
         )
 
@@ -240,6 +248,12 @@ class PMGNSCostModel:
         x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
         return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
                           time_share)
+
+
+def _learned_label(learned: list[str]) -> str:
+    energy = "energy learned" if "energy_j" in learned else "energy = analytical power x learned time"
+    memory = "memory learned" if "memory_mb" in learned else "memory analytical"
+    return f"pmgns (latency learned; {energy}; {memory})"
 
 
 #: A batch smaller (larger) than all but this share of the training records' is flagged as far from the data.

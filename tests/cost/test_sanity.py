@@ -49,6 +49,17 @@ def test_memory_breakdown_adds_up(resnet_graphs):
     assert 0 < m.activations_mib < resnet_graphs[8].activation_bytes / 2**20
 
 
+def test_autocast_holds_a_half_copy_of_a_weight_only_while_its_layer_runs():
+    """Inference mode: autocast casts each float32 weight at every call and frees the copy after it."""
+    with torch.device("meta"):
+        mlp = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
+    g = build_graph(mlp, (4096,), batch=1)
+    fp32, fp16 = (predict_graph(g, precision=p).estimate.memory for p in ("fp32", "fp16"))
+    assert fp16.weights_mib == fp32.weights_mib == pytest.approx(2 * 4096 * 4097 * 4 / 2**20)
+    # one layer's half copy (32 MiB) at a time, not both; activations of one sample are a few KiB
+    assert fp16.activations_mib - fp32.activations_mib == pytest.approx(32, abs=2.1)
+
+
 def test_peak_activations_follow_liveness():
     """A chain frees as it goes; a long skip keeps its tensor alive to the end."""
 

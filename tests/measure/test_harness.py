@@ -98,3 +98,23 @@ def test_manifest_covers_every_timm_family(tmp_path):
     assert {(c.batch, c.precision) for c in configs} == {(1, "fp32"), (1, "fp16"), (8, "fp32"), (8, "fp16")}
     assert [c.key for c in configs] == [c.key for c in build_manifest(seed=0, per_family=2, batches=(1, 8))]
     assert configs[0].batch == 1  # small batches first
+
+
+def test_manifest_from_records_reuses_their_models_and_sizes(tmp_path):
+    from dippm_nas.measure.manifest import records_manifest
+
+    records = tmp_path / "records.csv"
+    rows = [("resnet18", "resnet", 224), ("resnet18", "resnet", 224), ("resnet18", "resnet", 288),
+            ("resnet34", "resnet", 224), ("vit_tiny_patch16_224", "vision_transformer", 384), ("deit_tiny", "", 224)]
+    with records.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["model", "source", "family", "image_size"])
+        writer.writerows((m, "timm", f, s) for m, f, s in rows)
+    configs = records_manifest(records, seed=0, per_family=1, batches=(32, 1), precisions=("fp16",))
+    assert {c.family for c in configs} == {"resnet", "vision_transformer"}  # a record without a family is left out
+    shapes = {c.model: c.input_shape for c in configs}
+    assert shapes.get("resnet18", (3, 224, 224)) == (3, 224, 224)  # the size most records have
+    assert shapes["vit_tiny_patch16_224"] == (3, 384, 384)
+    # model after model, small batch first: the harness builds each model once
+    assert [c.batch for c in configs] == [1, 32, 1, 32] and configs[0].model == configs[1].model
+    assert [c.key for c in configs] == [c.key for c in records_manifest(records, 0, 1, (32, 1), ("fp16",))]

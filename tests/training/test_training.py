@@ -14,7 +14,8 @@ from dippm_nas.training.records import DATA, harness_records, timm_records
 from dippm_nas.training.splits import device_split, family_split, random_split
 
 SMALL = ["resnet18", "resnet34", "mobilenetv3_small_100", "efficientnet_b0", "regnetx_002", "vit_tiny_patch16_224",
-         "mobilenetv2_100", "resnet10t"]
+         "mobilenetv2_100", "resnet10t",
+         "tf_mobilenetv3_large_075", "regnety_008_tv"]  # these two also measured by our harness on an H100
 
 
 def test_timm_benchmarks_imported_as_they_are():
@@ -91,7 +92,10 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas.training.train import TrainConfig, fit, predict_targets
 
     ts = small_training_set
-    assert ts.static.shape[0] == len(ts.records) and np.isnan(ts.targets[:, 1]).all()
+    assert ts.static.shape[0] == len(ts.records)
+    # energy and memory exist exactly where our harness measured: timm's benchmarks have latency only
+    harness = np.array([r.origin.startswith("data/measurements/") for r in ts.records])
+    assert harness.any() and (~np.isnan(ts.targets[:, 1:]) == harness[:, None]).all()
     # each record weighs its own graph's operators, by the analytical time of its batch and device
     assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4) for s, g in zip(ts.time_share, ts.graph_of))
     split = random_split(len(ts.records), seed=0)
@@ -116,13 +120,22 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.inputs import TensorSpec
 
-    i = next(i for i, r in enumerate(ts.records) if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_version)
+    i = next(i for i, r in enumerate(ts.records) if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_versions[r.device])
     r = ts.records[i]
     one = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
     single = learned.estimate(one, get_device(r.device), r.precision, r.layout).latency_ms
     assert single == pytest.approx(float(predict_targets(a, ts, np.array([i]))[0, 0]), rel=1e-4)
     with pytest.raises(NotCovered, match="not a100-40gb"):
         learned.estimate(graph, get_device("a100-40gb"), "fp16")
+    # energy and memory are learned only on the devices whose records had them
+    everything = np.arange(len(ts.records))
+    save(a, ts, everything, tmp_path / "all", {})
+    card = PMGNSCostModel(tmp_path / "all").card
+    assert card.target_devices["energy_j"] == card.target_devices["memory_mb"] == ("h100-sxm",)
+    assert set(card.target_devices["latency_ms"]) == {r.device for r in ts.records}
+    on_h100 = PMGNSCostModel(tmp_path / "all").estimate(graph, get_device("h100-sxm"), "fp16")
+    assert "energy learned" in on_h100.cost_model and "memory learned" in on_h100.cost_model
+    assert "memory analytical" in est.cost_model and "analytical power x learned time" in est.cost_model
     with pytest.raises(NotCovered, match="not fp32"):
         learned.estimate(graph, get_device("rtx4090"), "fp32")
     assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
@@ -205,6 +218,14 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
         for m in split["metrics"].values():
             assert m["mape_interval"][0] <= m["mape_interval"][1] and m["tau_interval"][0] <= m["tau_interval"][1]
     assert set(results["comparison"]["random"]) == {"sage", "gcn", "gat", "gin", "mlp"}
+    # energy and memory, where a split's test set has the harness's records: PMGNS beside the analytical model
+    with_energy = [name for name, split in results["splits"].items() if "energy_j" in split]
+    assert with_energy
+    for name in with_energy:
+        for target in ("energy_j", "memory_mb"):
+            assert set(results["splits"][name][target]) == {"PMGNS (GraphSAGE)", "analytical"}
+            assert f"| {name} | {target} | PMGNS (GraphSAGE) |" in report
+            assert (tmp_path / "accuracy" / f"{target.split('_')[0]}_{name.replace('->', '_to_')}.png").stat().st_size > 0
     # the random split's model is shipped once, with what the configuration does on unseen families
     [((_, split, test), kwargs)] = shipped
     assert split.name == "random" and test == results["splits"]["random"]["metrics"]["PMGNS (GraphSAGE)"]
@@ -217,8 +238,8 @@ def test_a_prediction_says_how_far_it_is_from_the_training_data():
     from dippm_nas.cost.learned import Card, coverage_notes
 
     card = Card(config={}, static_features=[], static_mean=None, static_std=None, node_mean=None, node_std=None,
-                devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}), targets=("latency_ms",),
-                torch_version="2.4.0", raw={}, batches=((4, 1), (256, 9), (1024, 90)),
+                devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}), target_devices={"latency_ms": ("rtx3090",)},
+                torch_versions={"rtx3090": "2.4.0"}, raw={}, batches=((4, 1), (256, 9), (1024, 90)),
                 seen_family_mape=0.039, unseen_family_mape=0.114)
     [seen] = coverage_notes(card, "resnet", 256)
     assert "resnet was in its training data (test MAPE 3.9% on families it saw)" in seen
