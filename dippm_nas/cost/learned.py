@@ -82,7 +82,8 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
         "node_mean": fitted.node_mean.tolist(), "node_std": fitted.node_std.tolist(),
         "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
-        "target_devices": {t: d for t, d in target_devices.items() if d}, "torch_versions": {d: max((r.torch for r in records if r.device == d), key=_version_key)
+        "target_devices": {t: d for t, d in target_devices.items() if d},
+        "torch_versions": {d: max((r.torch for r in records if r.device == d), key=_version_key)
                            for d in sorted({r.device for r in records})},
         "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
         "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
@@ -104,7 +105,8 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
     model.eval()
     card = Card(raw["config"], raw["static_features"], torch.tensor(raw["static_mean"]), torch.tensor(raw["static_std"]),
                 torch.tensor(raw["node_mean"]), torch.tensor(raw["node_std"]), tuple(raw["devices"]),
-                tuple(raw["precisions"]), frozenset(raw["families"]), {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
+                tuple(raw["precisions"]), frozenset(raw["families"]),
+                {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
                 tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
                 raw.get("held_out_family_latency", {}).get("mape"))
     return model, card

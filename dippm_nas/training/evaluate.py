@@ -203,9 +203,9 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
             have = ~np.isnan(ts.targets[split.test, t])
             if have.any():
                 truth = ts.targets[split.test, t][have]
-                preds = {"PMGNS (GraphSAGE)": pmgns[have, t], "analytical": ts.analytical[split.test, t][have]}
-                results["splits"][split.name][target] = {name: summary(p, truth) for name, p in preds.items()}
-                _plot(truth, preds, f"{UNITS[target]}, {split.name} split, test",
+                both = {"PMGNS (GraphSAGE)": pmgns[have, t], "analytical": ts.analytical[split.test, t][have]}
+                results["splits"][split.name][target] = {name: summary(p, truth) for name, p in both.items()}
+                _plot(truth, both, f"{UNITS[target]}, {split.name} split, test",
                       docs / "accuracy" / _plot_name(split.name, target))
         print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)} ({_fmt_intervals(m)})" for n, m in metrics.items()),
               file=sys.stderr)
