@@ -1,0 +1,75 @@
+"""Where the analytical memory model and the harness's measurements part, term by term.
+
+The harness records three memory figures per configuration (data/measurements/*.csv): the CUDA
+context and library handles (taken once per run, before any model), the allocator's peak allocated
+and its peak reserved bytes. The analytical model predicts context + weights + the liveness peak of
+the activations + the cuBLAS workspace. This prints, per batch size, the median and the 10th-90th
+percentiles of
+
+* total: measured (context + peak reserved) over the analytical total;
+* allocated: measured peak allocated over weights + activations + workspace, the bytes the model
+  counts (what it misses: cuDNN workspaces, eager's temporaries);
+* reserved: measured peak reserved over peak allocated (the caching allocator's rounding and
+  fragmentation, which the model does not simulate);
+* context: the measured context over the model's constant.
+
+Every measured configuration is read, test sets of `dippm-nas evaluate` included: it describes the
+data and chooses nothing.
+
+    python benchmarks/memory_breakdown.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--measurements", type=Path, default=ROOT / "data" / "measurements",
+                        help="folder of harness CSVs (default: data/measurements)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    import numpy as np
+
+    from dippm_nas.cost.analytical import AnalyticalCostModel
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.training.dataset import load_graphs
+
+    rows = [r for path in sorted(args.measurements.glob("*.csv")) for r in csv.DictReader(path.open(newline=""))
+            if r["status"] == "ok" and r["device_kind"] == "cuda" and r["memory_reserved_mib"]]
+    key = {id(r): f"{r['source']}:{r['model']}@{r['input_shape'].split('x')[-1]}" for r in rows}
+    graphs = load_graphs(set(key.values()))
+    analytical = AnalyticalCostModel()
+    by_batch: dict[int, list[tuple[float, float, float, float]]] = {}
+    skipped = 0
+    for r in rows:
+        graph = graphs.get(key[id(r)])
+        if graph is None:
+            skipped += 1
+            continue
+        m = analytical.memory(scale_batch(graph, int(r["batch"])).table, r["precision"])
+        context, allocated, reserved = (float(r[c]) for c in
+                                        ("memory_context_mib", "memory_allocated_mib", "memory_reserved_mib"))
+        by_batch.setdefault(int(r["batch"]), []).append((
+            (context + reserved) / m.total_mib, allocated / (m.weights_mib + m.activations_mib + m.workspace_mib),
+            reserved / allocated, context / m.context_mib))
+    print(f"{sum(map(len, by_batch.values()))} measured configurations"
+          + (f" ({skipped} without a featurized graph skipped)" if skipped else ""))
+    print(f"{'batch':>6} {'n':>4}  " + "  ".join(f"{name:>22}" for name in ("total", "allocated", "reserved", "context")))
+    for batch in sorted(by_batch):
+        ratios = np.array(by_batch[batch])
+        cells = [f"{np.median(c):.2f} ({np.percentile(c, 10):.2f}-{np.percentile(c, 90):.2f})" for c in ratios.T]
+        print(f"{batch:>6} {len(ratios):>4}  " + "  ".join(f"{c:>22}" for c in cells))
+    print("medians (10th-90th percentile) of measured over analytical; reserved is measured over measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
