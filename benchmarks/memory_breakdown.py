@@ -38,7 +38,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     import numpy as np
 
-    from dippm_nas.cost.analytical import AnalyticalCostModel
+    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.training.dataset import load_graphs
 
@@ -54,7 +54,7 @@ def main() -> int:
         if graph is None:
             skipped += 1
             continue
-        m = analytical.memory(scale_batch(graph, int(r["batch"])).table, r["precision"])
+        m = analytical.memory(scale_batch(graph, int(r["batch"])).table, r["precision"], torch_release(r["torch"]))
         context, allocated, reserved = (float(r[c]) for c in
                                         ("memory_context_mib", "memory_allocated_mib", "memory_reserved_mib"))
         by_batch.setdefault(int(r["batch"]), []).append((

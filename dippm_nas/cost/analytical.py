@@ -77,6 +77,32 @@ ALLOCATOR_PAGE_BYTES = 2 * MIB
 #: its 400 W in nvidia-smi); the middle of that range until measured idle power replaces it.
 IDLE_POWER_FRACTION = 0.15
 
+#: Eager's math fallback of scaled_dot_product_attention (``_scaled_dot_product_attention_math``;
+#: table.py says when it runs): it scales query and key, multiplies them (a batched GEMM), adds the
+#: mask in place, takes the softmax, multiplies by the values. From PyTorch 2.5 on, unless
+#: allow_fp16_bf16_reduction_math_sdp is set, it upcasts half inputs to float32 first (a float32 GEMM:
+#: no tensor cores, matmul TF32 being off by default), casts the output back, returns the attention
+#: weights cast back to half as well, and wraps the softmax in ``_safe_softmax`` (softmax, then eq, all
+#: and where over the scores). timm's rtx4090 records show the step: NesT's median measured/analytical
+#: ratio is 1.4 times its GPU's median under PyTorch 2.4 and 2.9 times under 2.9 (both without this
+#: term; SAM's ViT 1.5 and 2.5 times).
+SDPA_MATH_UPCAST_SINCE = (2, 5)
+SDPA_MATH_KERNELS = 5  # two scalings, two GEMMs, softmax
+SAFE_SOFTMAX_KERNELS = 3  # eq, all, where
+UPCAST_KERNELS = 5  # three upcasts, two casts back
+
+
+def torch_release(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a PyTorch version string such as ``2.11.0+cu130``; None for the current one."""
+    if not version:
+        return None
+    parts = (version.split("+")[0].split(".") + ["0"])[:2]
+    try:
+        return int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+
+
 HALF_PRECISIONS = frozenset({"fp16", "bf16"})
 TENSOR_CORE_CATEGORIES = frozenset({"conv", "matmul", "attention"})
 _TENSOR_CORE = np.array([c in TENSOR_CORE_CATEGORIES for c in ops.CATEGORIES])
@@ -86,6 +112,32 @@ BOUNDS = ("compute", "memory", "overhead", "free")
 
 def _round_up(value: float, step: int) -> float:
     return -(-value // step) * step
+
+
+def sdpa_math(table: NodeTable, half: bool, release: tuple[int, int] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Per operator, what eager's math attention adds to the fused operator the graph has: bytes
+    moved, kernels and bytes live while it runs (zeros where a fused kernel runs it); and whether it
+    computes in float32. ``release`` is PyTorch's (major, minor), None for the current one."""
+    scores, q, k, v, out, mask = table.sdpa_math.T
+    on = scores > 0
+    since = release is None or release >= SDPA_MATH_UPCAST_SINCE
+    upcast = half and since
+    e = 4 if upcast or not half else 2  # bytes per element it computes in
+    # Per score: the GEMM writes it, softmax reads and writes it, the second GEMM reads it; the mask's
+    # add reads both and writes; _safe_softmax's eq reads and writes a bool, all reads that, where
+    # reads and writes; the weights' cast back reads 4 and writes 2.
+    per_score = 4 * e + 3 * e * mask + (3 * e + 2 if since else 0) + (6 if upcast else 0)
+    moved = scores * per_score + (q + k) * 2 * e  # and the scalings of query and key
+    kernels = np.where(on, SDPA_MATH_KERNELS - 1 + mask + (SAFE_SOFTMAX_KERNELS if since else 0)
+                       + (UPCAST_KERNELS if upcast else 0), 0.0)
+    # Live at its peak: the raw scores and their softmax (and _safe_softmax's mask and result), the
+    # scaled query; upcast, the float32 copies of query, key and value.
+    live = scores * (2 * e + (1 + e if since else 0)) + q * e
+    if upcast:
+        moved = moved + (q + k + v) * (2 + 4) + out * (4 + 4 + 2)  # upcasts; float32 output, cast back
+        live = live + (q + k + v) * 4
+    return moved, kernels, live, e == 4
 
 
 def peak_tflops(category: str, device: Device, precision: str) -> float:
@@ -123,7 +175,9 @@ class AnalyticalCostModel:
 
     name = "analytical"
 
-    def roofline(self, table: NodeTable, device: Device, precision: str, layout: str = "nchw") -> Roofline:
+    def roofline(self, table: NodeTable, device: Device, precision: str, layout: str = "nchw",
+                 release: tuple[int, int] | None = None) -> Roofline:
+        """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one."""
         half = precision in HALF_PRECISIONS
         tensor_core = _TENSOR_CORE[table.category]
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
@@ -148,15 +202,22 @@ class AnalyticalCostModel:
                 kernels += transposed
         else:
             moved = table.f32_numel * 4 + table.other_bytes + table.weight_bytes
+        math_moved, math_kernels, _, float32_math = sdpa_math(table, half, release)
+        moved = moved + math_moved
+        kernels += math_kernels
         peaks = np.array([peak_tflops(c, device, precision) for c in ops.CATEGORIES]) * 1e12
         # A convolution whose channels per group keep it off the tensor cores (depthwise, an RGB
         # stem) runs on the CUDA cores; at half precision cuDNN's kernels for it compute in float32
-        # ("pseudo-half": half storage, float32 arithmetic).
-        peak = np.where(table.cuda_core_conv, device.fp32_tflops * 1e12, peaks[table.category])
+        # ("pseudo-half": half storage, float32 arithmetic). So does math attention's float32 GEMM.
+        on_math = table.sdpa_math[:, 0] > 0
+        peak = np.where(table.cuda_core_conv | (on_math & float32_math), device.fp32_tflops * 1e12,
+                        peaks[table.category])
         compute_s = table.flops / peak
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
-        busy_s = np.maximum(compute_s, memory_s)
+        # Math attention is a dozen kernels one after another: its GEMMs' time and its passes over
+        # the scores add up rather than overlap.
+        busy_s = np.where(on_math, compute_s + memory_s, np.maximum(compute_s, memory_s))
         # A kernel that loops over planes in every thread (ATen's NCHW bilinear upsampling) is bound
         # by memory latency: each iteration waits on its loads, one wave of blocks after another.
         waves = np.ceil(table.serial_blocks / device.sm_count)
@@ -168,13 +229,14 @@ class AnalyticalCostModel:
                         moved=np.where(view, 0.0, moved), bound=np.where(view, 3, bound))
 
     # -- memory ---------------------------------------------------------------------------------
-    def peak_activations(self, table: NodeTable, precision: str) -> float:
+    def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input.
 
         Under autocast each convolution or matmul also holds a half-precision copy of its float32
         weight while it runs: in inference mode autocast casts the weights again at every call (its
         cache keeps only casts of tensors that require grad outside inference mode; PyTorch 2.15 on
-        the CPU casts a Linear's weight three times in three calls, once under no_grad)."""
+        the CPU casts a Linear's weight three times in three calls, once under no_grad). Eager's
+        math attention holds its float32 scores and copies while it runs (:func:`sdpa_math`)."""
         half = int(precision in HALF_PRECISIONS)
         inputs = table.input_bytes
         if not len(table):
@@ -185,20 +247,21 @@ class AnalyticalCostModel:
         live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
         if half:
             live = live + np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0)
+        live = live + sdpa_math(table, bool(half), release)[2]
         return max(inputs, float(live.max()))
 
-    def memory(self, table: NodeTable, precision: str) -> MemoryBreakdown:
+    def memory(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> MemoryBreakdown:
         weights = float(table.param_bytes)
-        activations = _round_up(self.peak_activations(table, precision), ALLOCATOR_PAGE_BYTES)
+        activations = _round_up(self.peak_activations(table, precision, release), ALLOCATOR_PAGE_BYTES)
         return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB)
 
     # -- the whole graph ------------------------------------------------------------------------
     def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
-                  graph: ModelGraph | None = None) -> Estimate:
+                  graph: ModelGraph | None = None, release: tuple[int, int] | None = None) -> Estimate:
         """Latency, energy and memory from a roofline; the per-operator costs when ``graph`` is given."""
         idle_w = IDLE_POWER_FRACTION * device.tdp_w
         energy = float((roofline.time_s * idle_w + roofline.busy_s * (device.tdp_w - idle_w)).sum())
-        memory = self.memory(table, precision)
+        memory = self.memory(table, precision, release)
         nodes: tuple[NodeCost, ...] = ()
         if graph is not None:
             nodes = tuple(NodeCost(n.id, n.op, t * 1e3, n.flops, int(m), BOUNDS[b]) for n, t, m, b in

@@ -99,6 +99,23 @@ def _transposed_numel(conv: Node) -> int:
     return conv.inputs[0].numel if len(conv.weights[0].shape) == 4 else 0
 
 
+def _sdpa_math(attention: Node) -> tuple[float, ...]:
+    """What eager's math fallback of ``scaled_dot_product_attention`` works on, for one that no fused
+    kernel takes: score elements, query, key, value and output elements, and 1 when a mask is added
+    (zeros for one a fused kernel runs). PyTorch's flash, memory-efficient and cuDNN kernels all
+    require 4-D query, key and value (``check_tensor_shapes`` in ATen's sdp_utils); a model that calls
+    it on 5-D blocks of heads (NesT, Twins, Hiera's mask unit attention) or 3-D heads folded into the
+    batch (SAM's ViT) gets ``_scaled_dot_product_attention_math``. Relax's own attention is 4-D."""
+    if attention.kind != "attention" or len(attention.inputs) < 3 or not attention.outputs:
+        return (0.0,) * 6
+    q, k, v = (t.shape for t in attention.inputs[:3])
+    if len(q) == 4 or len(q) < 2 or len(k) < 2:
+        return (0.0,) * 6
+    scores = math.prod(q[:-1]) * k[-2]
+    return (float(scores), float(math.prod(q)), float(math.prod(k)), float(math.prod(v)),
+            float(attention.outputs[0].numel), float(len(attention.inputs) > 3))
+
+
 @dataclass(frozen=True, eq=False)
 class NodeTable:
     """Columns over the operators, in graph order (views included). Byte counts of activations
@@ -122,6 +139,7 @@ class NodeTable:
     serial_iterations: np.ndarray  # iterations each thread runs in turn (:func:`_serial_loop`), else 0
     serial_blocks: np.ndarray  # the thread blocks of such a kernel
     kernels: np.ndarray
+    sdpa_math: np.ndarray  # [n, 6]: see :func:`_sdpa_math`
     alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
     input_bytes: float  # the model's inputs (autocast keeps them float32)
@@ -203,13 +221,16 @@ class NodeTable:
         f32_in, f32_out = table[:, 8], table[:, 9]
         autocast = _autocast(graph, ints[:, 0], ints[:, 1], table[:, 16].astype(bool), f32_in, f32_out)
         alloc_autocast = table[:, 13] - np.where(autocast.stays_f32, 0.0, table[:, 14] - table[:, 15])
+        sdpa_math = np.zeros((len(rows), 6))
+        for i in np.flatnonzero(ints[:, 1] == categories["attention"]):
+            sdpa_math[i] = _sdpa_math(graph.nodes[i])
         serial = np.zeros((len(rows), 2))
         for i in np.flatnonzero(ints[:, 0] == kinds["image_resize2d"]):
             serial[i] = _serial_loop(graph.nodes[i])
         return cls(
             batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], nchw_transposed_numel=table[:, 5],
-            cuda_core_conv=ints[:, 6].astype(bool), serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
+            cuda_core_conv=ints[:, 6].astype(bool), sdpa_math=sdpa_math, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
             flops=table[:, 7], f32_numel=f32_in + f32_out, other_bytes=table[:, 10], weight_numel=table[:, 11],
             weight_bytes=table[:, 12], alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),
             free_step=_free_steps(graph, ints[:, 2].astype(bool)),

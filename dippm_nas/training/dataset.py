@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from dippm_nas.cache import GraphCache
-from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel
+from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, torch_release
 from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.graph.batching import scale_batch
@@ -43,11 +43,8 @@ def device_features(device: Device, precision: str) -> dict[str, float]:
 
 
 def _torch_version(text: str) -> float:
-    parts = (text.split("+")[0].split(".") + ["0", "0"])[:2]
-    try:
-        return int(parts[0]) + int(parts[1]) / 100
-    except ValueError:
-        return 0.0
+    release = torch_release(text)
+    return release[0] + release[1] / 100 if release else 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,8 +61,9 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
     precision, layout and torch: a Record or a prediction request alike."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
-    roofline = analytical.roofline(table, device, precision, record_like["layout"])
-    estimate = analytical.summarize(table, roofline, device, precision)
+    release = torch_release(record_like["torch"])
+    roofline = analytical.roofline(table, device, precision, record_like["layout"], release)
+    estimate = analytical.summarize(table, roofline, device, precision, release=release)
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
              for k, v in static_features(table).items()}
     feats["batch"] = math.log(record_like["batch"])

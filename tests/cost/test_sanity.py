@@ -60,6 +60,49 @@ def test_autocast_holds_a_half_copy_of_a_weight_only_while_its_layer_runs():
     assert fp16.activations_mib - fp32.activations_mib == pytest.approx(32, abs=2.1)
 
 
+def test_attention_no_fused_kernel_takes_runs_as_math():
+    """PyTorch's fused attention kernels take 4-D query, key and value only. Attention over 5-D blocks
+    of heads (NesT, Twins) runs ATen's math fallback, which keeps the scores and their softmax in
+    memory at once; from PyTorch 2.5 on it upcasts half inputs to float32 and multiplies on the CUDA
+    cores, before that it stays in half on the tensor cores."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from dippm_nas import TensorSpec
+    from dippm_nas.hardware import get_device
+
+    class Attention(nn.Module):
+        def forward(self, q, k, v):
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+
+    batch, blocks, heads, tokens, dim = 256, 4, 2, 64, 32
+    graphs = {rank: build_graph(Attention(), [TensorSpec(shape, name=n) for n in "qkv"], batch=batch) for rank, shape
+              in ((4, (blocks * heads, tokens, dim)), (5, (heads, blocks, tokens, dim)))}
+    tables = {rank: NodeTable.of(g) for rank, g in graphs.items()}
+    assert not tables[4].sdpa_math.any()
+    scores, q, k, v, out, mask = tables[5].sdpa_math[tables[5].sdpa_math[:, 0] > 0][0]
+    assert scores == batch * blocks * heads * tokens * tokens and q == k == v == out == scores / tokens * dim
+    model, gpu = AnalyticalCostModel(), get_device("a100-40gb")
+
+    def attention_cost(rank: int, release: tuple[int, int] | None):
+        table = tables[rank]
+        roofline = model.roofline(table, gpu, "fp16", release=release)
+        (cost,) = [c for c, n in zip(model.summarize(table, roofline, gpu, "fp16", graphs[rank], release).nodes,
+                                     graphs[rank].nodes) if n.category == "attention"]
+        return cost, model.peak_activations(table, "fp16", release)
+
+    (fused, _), (upcast, upcast_peak), (half, half_peak) = (
+        attention_cost(4, None), attention_cost(5, None), attention_cost(5, (2, 4)))
+    unfused_peak = model.peak_activations(replace(tables[5], sdpa_math=np.zeros_like(tables[5].sdpa_math)), "fp16")
+    # float32 scores, softmax, _safe_softmax's bool mask and result live at once
+    assert 13 * scores <= upcast_peak - unfused_peak <= 13 * scores + 8 * q + 4 * k + 4 * v
+    assert 4 * scores <= half_peak - unfused_peak <= 4 * scores + 2 * q  # half scores and softmax
+    assert upcast.time_ms >= upcast.flops / (gpu.fp32_tflops * 1e12) * 1e3
+    assert upcast.time_ms > 2 * half.time_ms > 2 * fused.time_ms
+    assert upcast.bytes > fused.bytes + 30 * scores and half.bytes > fused.bytes + 8 * scores
+
+
 def test_peak_activations_follow_liveness():
     """A chain frees as it goes; a long skip keeps its tensor alive to the end."""
 
