@@ -92,15 +92,15 @@ SAFE_SOFTMAX_KERNELS = 3  # eq, all, where
 UPCAST_KERNELS = 5  # three upcasts, two casts back
 
 
+def version_numbers(version: str) -> tuple[int, ...]:
+    """The numbers of a version string such as ``2.11.0+cu130``: (2, 11, 0)."""
+    return tuple(int(p) for p in version.split("+")[0].split(".") if p.isdigit())
+
+
 def torch_release(version: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a PyTorch version string such as ``2.11.0+cu130``; None for the current one."""
-    if not version:
-        return None
-    parts = (version.split("+")[0].split(".") + ["0"])[:2]
-    try:
-        return int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
+    """(major, minor) of a PyTorch version string; None for the current one (or an unreadable one)."""
+    numbers = version_numbers(version or "")
+    return (numbers + (0,))[:2] if numbers else None
 
 
 HALF_PRECISIONS = frozenset({"fp16", "bf16"})

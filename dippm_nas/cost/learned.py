@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.analytical import AnalyticalCostModel, version_numbers
 from dippm_nas.cost.base import Estimate, register_cost_model
 from dippm_nas.cost.pmgns import PMGNS, TARGETS
 from dippm_nas.graph.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
@@ -83,16 +83,12 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
         "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
         "target_devices": {t: d for t, d in target_devices.items() if d},
-        "torch_versions": {d: max((r.torch for r in records if r.device == d), key=_version_key)
+        "torch_versions": {d: max((r.torch for r in records if r.device == d), key=version_numbers)
                            for d in sorted({r.device for r in records})},
         "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
         "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
     }
     path.with_suffix(".json").write_text(json.dumps(card, indent=1))
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split("+")[0].split(".") if p.isdigit())
 
 
 @cache
