@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, version_numbers
+from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes, version_numbers
 from dippm_nas.cost.base import Estimate, register_cost_model
-from dippm_nas.cost.pmgns import PMGNS, TARGETS
+from dippm_nas.cost.pmgns import PMGNS, TARGETS, log_latency
 from dippm_nas.graph.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
                                      one_hot_width)
 from dippm_nas.graph.model_graph import ModelGraph
@@ -221,16 +221,22 @@ class PMGNSCostModel:
         inputs = record_inputs(table, request, self.analytical)
         analytical = inputs.estimate
         with torch.inference_mode(), one_thread():
-            out = self._correction(graph, inputs)[0]
-        ratio = dict(zip(TARGETS, (math.exp(v) for v in out.tolist())))
+            out = self._correction(graph, inputs)
+            curve = torch.from_numpy(inputs.latency_curve).float()[None]
+            latency_ms = math.exp(float(log_latency(curve, out[:, 0])[0]))
+        ratio = dict(zip(TARGETS, (math.exp(v) for v in out[0].tolist())))
+        # The learned latency ratio scales the GPU time; the host's time to issue the operators stays.
+        gpu_ms = analytical.latency_ms * (1 - inputs.features["host_wait_share"]) * ratio["latency_ms"]
+        ratio["latency_ms"] = latency_ms / analytical.latency_ms
         learned = [t for t in TARGETS[1:] if device.key in self.card.target_devices.get(t, ())]
         # Where no energy was measured on this device, the analytical power over the learned time.
         energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
         memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
         return Estimate(
-            latency_ms=analytical.latency_ms * ratio["latency_ms"], energy_j=energy, memory_mib=memory,
+            latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
             memory=analytical.memory, cost_model=_learned_label(learned),
-            notes=coverage_notes(self.card, graph.family, graph.batch),
+            notes=coverage_notes(self.card, graph.family, graph.batch)
+            + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum())),
         )
 
     def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:

@@ -20,7 +20,9 @@ the batch and the device: at batch 1 launch overheads spread the time over every
 256 the large convolutions hold it.
 Predicting a correction to the analytical model lets the physics carry what the data does not cover
 (a new device or size changes the analytical term and the weights), and the network learns only the
-efficiency of real kernels. GraphSAGE is the default
+efficiency of real kernels. The latency's correction therefore scales the GPU time alone: where the GPU
+waits on the host to issue operators (eager PyTorch at small batches), the host's time stays as the
+analytical model has it (:func:`log_latency`). GraphSAGE is the default
 convolution; GCN, GAT and GIN are registered for the paper's comparison, and ``mlp`` drops the graph.
 
 The time-weighted read-out was chosen on the family split's validation set (no refit, one thread,
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -40,6 +43,24 @@ TARGETS = ("latency_ms", "energy_j", "memory_mb")
 #: The correction is bounded: at most a factor e^4 (about 55) either way from the analytical model,
 #: so a model far outside the training data cannot be predicted absurdly.
 MAX_LOG_RATIO = 4.0
+#: The latency correction scales the GPU time of every operator, not the host's time to issue them
+#: (:func:`dippm_nas.cost.analytical.queued_latency`): where the GPU waits on the host (eager PyTorch at
+#: small batches) no efficiency of kernels changes the latency. Each record carries its log-latency
+#: at these log-ratios of GPU time, and a correction reads it off, linear in between.
+LATENCY_CURVE_LOG_RATIOS = np.linspace(-MAX_LOG_RATIO, MAX_LOG_RATIO, 33)
+
+
+def log_latency(curve: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
+    """Per record, the log-latency (ms) at a correction ``log_ratio`` of its GPU time, from its
+    ``curve`` ([records, len(LATENCY_CURVE_LOG_RATIOS)]); differentiable in ``log_ratio``."""
+    points = len(LATENCY_CURVE_LOG_RATIOS)
+    step = 2 * MAX_LOG_RATIO / (points - 1)
+    position = (log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO) + MAX_LOG_RATIO) / step
+    left = position.detach().floor().clamp(max=points - 2).long()
+    weight = position - left
+    below = curve.gather(1, left[:, None])[:, 0]
+    above = curve.gather(1, (left + 1)[:, None])[:, 0]
+    return below + weight * (above - below)
 
 
 def _sage(d_in: int, d_out: int) -> nn.Module:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, torch_release
 from dippm_nas.cost.base import Estimate
-from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.features import edge_index, node_feature_matrix, static_features
 from dippm_nas.graph.model_graph import ModelGraph
@@ -54,6 +54,7 @@ class RecordInputs:
     features: dict[str, float]  # static features by name
     estimate: Estimate  # the analytical model's (without per-operator costs)
     time_share: np.ndarray  # each operator's share of the analytical latency, in graph order
+    latency_curve: np.ndarray  # log-latency (ms) at LATENCY_CURVE_LOG_RATIOS of the GPU time
 
 
 def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> RecordInputs:
@@ -74,10 +75,11 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
     feats["torch_version"] = _torch_version(record_like["torch"])
     for bound in TIME_SHARES:
         feats[f"time_share_{bound}"] = roofline.share(bound)
+    feats["host_wait_share"] = roofline.host_wait_share()
     for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, estimate.memory_mib)):
         feats[f"log_analytical_{name}"] = math.log(value)
     share = roofline.time_s / roofline.time_s.sum()  # positive, as the latency is
-    return RecordInputs(feats, estimate, share.astype(np.float32))
+    return RecordInputs(feats, estimate, share.astype(np.float32), roofline.latency_curve(LATENCY_CURVE_LOG_RATIOS))
 
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,6 +98,7 @@ class TrainingSet:
     analytical: np.ndarray
     targets: np.ndarray
     time_share: list[np.ndarray]  # per record: its operators' shares of the analytical latency
+    latency_curve: np.ndarray  # per record: RecordInputs.latency_curve
     missing: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -128,6 +131,7 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     statics: list[list[float]] = [[] for _ in kept]
     estimates: list[list[float]] = [[] for _ in kept]
     shares: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in kept]
+    curves = np.zeros((len(kept), len(LATENCY_CURVE_LOG_RATIOS)))
     names: list[str] = []
     # Records of other devices, precisions and runtimes share a (graph, batch): its table is built once.
     by_config = sorted(range(len(kept)), key=lambda i: (kept[i].graph_key, kept[i].batch))
@@ -141,10 +145,12 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
                 est = inputs.estimate
                 estimates[i] = [est.latency_ms, est.energy_j, est.memory_mib]
                 shares[i] = inputs.time_share
+                curves[i] = inputs.latency_curve
                 bar.update()
     targets = np.array([[np.nan if getattr(r, t) is None else getattr(r, t) for t in TARGETS] for r in kept])
     return TrainingSet(
         records=kept, graph_keys=keys, x=[t[0] for t in tensors], edges=[t[1] for t in tensors],
         graph_of=np.array([index[r.graph_key] for r in kept]), static=np.array(statics, dtype=np.float64),
-        static_names=names, analytical=np.array(estimates), targets=targets, time_share=shares, missing=missing,
+        static_names=names, analytical=np.array(estimates), targets=targets, time_share=shares,
+        latency_curve=curves, missing=missing,
     )

@@ -1,4 +1,5 @@
-"""Fitting PMGNS: seeded, Huber loss on the log of measured over analytical, cosine schedule with
+"""Fitting PMGNS: seeded, Huber loss on the log of predicted over measured (the network's corrections applied to
+the analytical model, :func:`log_predictions`), cosine schedule with
 warm-up, an exponential moving average of the weights, early stopping on validation MAPE, then a refit
 on training + validation records for the number of epochs early stopping chose."""
 
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dippm_nas.cost.pmgns import PMGNS, TARGETS
+from dippm_nas.cost.pmgns import PMGNS, TARGETS, log_latency
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.splits import Split
@@ -113,8 +114,13 @@ def _collate(ts: TrainingSet, xs: list[torch.Tensor], idx: np.ndarray):
     return torch.cat([xs[g] for g in unique]), edges, batch, torch.as_tensor(graph_of), share
 
 
-def log_ratio_targets(ts: TrainingSet) -> np.ndarray:
-    return np.log(ts.targets / ts.analytical)
+def log_predictions(out: torch.Tensor, ts: TrainingSet, idx: np.ndarray) -> torch.Tensor:
+    """The network's output for records ``idx`` as log-predictions: the latency from its correction of
+    the GPU time (:func:`~dippm_nas.cost.pmgns.log_latency`), energy and memory as log-ratios to the
+    analytical model's."""
+    curve = torch.as_tensor(ts.latency_curve[idx], dtype=out.dtype)
+    rest = torch.as_tensor(np.log(ts.analytical[idx, 1:]), dtype=out.dtype) + out[:, 1:]
+    return torch.cat([log_latency(curve, out[:, 0])[:, None], rest], dim=1)
 
 
 def _forward(model: PMGNS, ts: TrainingSet, xs: list[torch.Tensor], static: torch.Tensor,
@@ -123,21 +129,16 @@ def _forward(model: PMGNS, ts: TrainingSet, xs: list[torch.Tensor], static: torc
     return model(x, e, b, g, static[idx], share)
 
 
-def predict_log_ratio(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, batch_size: int = 256,
-                      inputs: tuple[list[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
+def predict_targets(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, batch_size: int = 256,
+                    inputs: tuple[list[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
     xs, static = inputs or ([fitted.normalize_nodes(x) for x in ts.x], fitted.normalize_static(ts.static))
     fitted.model.eval()
     out = []
     with torch.no_grad():
         for start in range(0, len(idx), batch_size):
             chunk = idx[start:start + batch_size]
-            out.append(_forward(fitted.model, ts, xs, static, chunk).numpy())
+            out.append(np.exp(log_predictions(_forward(fitted.model, ts, xs, static, chunk), ts, chunk).numpy()))
     return np.concatenate(out) if out else np.zeros((0, len(TARGETS)))
-
-
-def predict_targets(fitted: Fitted, ts: TrainingSet, idx: np.ndarray,
-                    inputs: tuple[list[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
-    return ts.analytical[idx] * np.exp(predict_log_ratio(fitted, ts, idx, inputs=inputs))
 
 
 def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig = TrainConfig(),
@@ -153,7 +154,7 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     fitted = Fitted(average, static_mean, static_std, node_mean, node_std, float("inf"), -1, 0, config)
     xs = [fitted.normalize_nodes(x) for x in ts.x]
     static = fitted.normalize_static(ts.static)
-    y = torch.tensor(log_ratio_targets(ts), dtype=torch.float32)
+    y = torch.tensor(np.log(ts.targets), dtype=torch.float32)
     mask = ~torch.isnan(y)
     y = torch.nan_to_num(y)
 
@@ -178,9 +179,9 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
         order = rng.permutation(train_graphs)
         for start in range(0, len(order), config.batch_size):
             chunk = np.array([r for g in order[start:start + config.batch_size] for r in by_graph[int(g)]])
-            out = _forward(model, ts, xs, static, chunk)
+            predicted = log_predictions(_forward(model, ts, xs, static, chunk), ts, chunk)
             m = mask[chunk]
-            loss = loss_fn(out[m], y[chunk][m]) / max(1, int(m.sum()))
+            loss = loss_fn(predicted[m], y[chunk][m]) / max(1, int(m.sum()))
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 5.0)

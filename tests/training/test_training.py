@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from dippm_nas.training.metrics import cluster_bootstrap, kendall_tau, mape, within
 from dippm_nas.training.records import DATA, harness_records, timm_records
@@ -89,6 +90,7 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas import build_graph
     from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load, save
     from dippm_nas.hardware import get_device
+    from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, log_latency
     from dippm_nas.training.train import TrainConfig, fit, predict_targets
 
     ts = small_training_set
@@ -98,6 +100,13 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert harness.any() and (~np.isnan(ts.targets[:, 1:]) == harness[:, None]).all()
     # each record weighs its own graph's operators, by the analytical time of its batch and device
     assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4) for s, g in zip(ts.time_share, ts.graph_of))
+    # no correction of the GPU time gives the analytical latency; the curve rises with the correction
+    # and never falls below the host's time to issue the operators
+    middle = len(LATENCY_CURVE_LOG_RATIOS) // 2
+    assert np.exp(ts.latency_curve[:, middle]) == pytest.approx(ts.analytical[:, 0], rel=1e-9)
+    assert (np.diff(ts.latency_curve, axis=1) >= 0).all()
+    at_grid = log_latency(torch.as_tensor(ts.latency_curve), torch.as_tensor(LATENCY_CURVE_LOG_RATIOS[[3] * len(ts.records)]))
+    assert at_grid.numpy() == pytest.approx(ts.latency_curve[:, 3])
     split = random_split(len(ts.records), seed=0)
     config = TrainConfig(epochs=4, patience=10, batch_size=16)
     a = fit(ts, split.train, split.val, config, progress=False)
