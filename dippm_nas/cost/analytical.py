@@ -36,6 +36,7 @@ the operators), so the learned model, which needs this estimate for every predic
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -49,7 +50,7 @@ MIB = 2**20
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
-#: stream; PyTorch eager adds its dispatch on top, which hides behind the GPU for larger kernels.
+#: stream; PyTorch eager's own time on the host to issue an operator is :data:`HOST_OPERATOR_US`.
 KERNEL_OVERHEAD_US = 4.0
 
 #: Host time to issue one operator in eager PyTorch (Python, the dispatcher, autocast, the launch) and
@@ -202,7 +203,7 @@ class Roofline:
     bound: np.ndarray  # index into BOUNDS
     host_s: np.ndarray  # the host's time to issue each operator
 
-    @property
+    @cached_property
     def latency_s(self) -> float:
         """GPU time plus what the GPU waits on the host (:func:`queued_latency`)."""
         return float(queued_latency(self.time_s, self.host_s, np.ones(1))[0])
@@ -218,7 +219,7 @@ class Roofline:
         return max(0.0, 1.0 - float(self.time_s.sum()) / latency)
 
     def share(self, bound: str) -> float:
-        """The fraction of the latency spent in operators with this bound."""
+        """The fraction of the GPU's time spent in operators with this bound."""
         total = float(self.time_s.sum()) or 1e-12
         return float(self.time_s[self.bound == BOUNDS.index(bound)].sum()) / total
 
