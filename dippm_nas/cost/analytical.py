@@ -72,8 +72,8 @@ def host_bound_notes(wait_share: float, operators: int) -> tuple[str, ...]:
     if wait_share < HOST_BOUND_NOTE_SHARE:
         return ()
     return (f"the GPU waits on the host for {wait_share:.0%} of this latency: eager PyTorch issues {operators} "
-            f"operators at about {HOST_OPERATOR_US:.0f} us each (the CPU of our H100 harness); a larger batch costs "
-            "little more, and a faster CPU, CUDA graphs or torch.compile would shorten it",)
+            f"operators at about {HOST_OPERATOR_US:.0f} us each (the CPU of our H100 harness); a faster CPU, CUDA graphs "
+            "or torch.compile would shorten it",)
 
 #: One dependent round trip to device memory: about 230-250 ns on the GDDR6 and GDDR6X cards by
 #: pointer chasing (Chips and Cheese, "Measuring GPU Memory Latency", 2021: 226 ns on a 6900 XT,

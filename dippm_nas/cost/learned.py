@@ -281,8 +281,8 @@ def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
         above = sum(c for b, c in card.batches if b > batch) / total
         span = f"{card.batches[0][0]}-{card.batches[-1][0]}"
         if above > 1 - SPARSE_SHARE:
-            notes.append(f"batch {batch}: {above:.0%} of its training records have a larger batch ({span}); at small "
-                         "batches launch overheads dominate, which the learned correction has seen little of")
+            notes.append(f"batch {batch}: {above:.0%} of its training records have a larger batch ({span}); its correction "
+                         "of the GPU's time has seen few batches this small")
         elif below > 1 - SPARSE_SHARE:
             notes.append(f"batch {batch}: {below:.0%} of its training records have a smaller batch ({span}); "
                          "the learned correction is extrapolating")
