@@ -89,8 +89,8 @@ def small_training_set(tmp_path_factory):
 def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas import build_graph
     from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load, save
-    from dippm_nas.hardware import get_device
     from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, log_latency
+    from dippm_nas.hardware import get_device
     from dippm_nas.training.train import TrainConfig, fit, predict_targets
 
     ts = small_training_set
@@ -100,8 +100,8 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert harness.any() and (~np.isnan(ts.targets[:, 1:]) == harness[:, None]).all()
     # each record weighs its own graph's operators, by the analytical time of its batch and device
     assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4) for s, g in zip(ts.time_share, ts.graph_of))
-    # no correction of the GPU time gives the analytical latency; the curve rises with the correction
-    # and never falls below the host's time to issue the operators
+    # no correction of the GPU time gives the analytical latency, the curve never falls as the correction
+    # grows, and read off at one of its points it is that point
     middle = len(LATENCY_CURVE_LOG_RATIOS) // 2
     assert np.exp(ts.latency_curve[:, middle]) == pytest.approx(ts.analytical[:, 0], rel=1e-9)
     assert (np.diff(ts.latency_curve, axis=1) >= 0).all()
