@@ -184,6 +184,33 @@ def _reshape_chain() -> tuple[DFPattern, Rewriter]:
     return pattern, rewrite
 
 
+def _ints(expr: relax.Expr) -> list[int] | None:
+    """The integers of a tuple argument such as strided_slice's axes; None where one is not constant."""
+    try:
+        return [int(field.value) for field in expr.fields]
+    except (AttributeError, TypeError):
+        return None
+
+
+@rule("relax.squeeze", "relax.strided_slice")
+def _select() -> tuple[DFPattern, Rewriter]:
+    """squeeze(strided_slice(x, [a], [i], [i + 1]), [a]): ONNX's Slice and Squeeze for taking one
+    entry of an axis (tf2onnx, paddle2onnx), where PyTorch's ``x[i]`` is one operator, a take."""
+    x, axes, begin, end, strides = wildcard(), wildcard(), wildcard(), wildcard(), wildcard()
+    pattern = is_op("relax.squeeze")(is_op("relax.strided_slice")(x, axes, begin, end, strides))
+
+    def rewrite(expr: relax.Expr, m: dict[DFPattern, relax.Expr]) -> relax.Expr:
+        axis, first, last, step = _ints(m[axes]), _ints(m[begin]), _ints(m[end]), _ints(m[strides])
+        squeezed = [int(a) for a in expr.attrs.axis] if expr.attrs.axis is not None else None
+        if None in (axis, first, last, step) or len(axis) != 1 or squeezed != axis or step != [1]:
+            return expr
+        if last[0] != first[0] + 1 or first[0] < 0:
+            return expr
+        return relax.op.take(m[x], relax.const(first[0], "int64"), axis=axis[0], mode="fast")
+
+    return pattern, rewrite
+
+
 @rule()
 def _identity_arithmetic() -> tuple[DFPattern, Rewriter]:
     """x + 0 and x * 1 (paddle2onnx writes ``scale`` as a multiply and an add of zero)."""

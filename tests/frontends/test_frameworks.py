@@ -134,6 +134,9 @@ def test_transformer_block_is_the_same_in_torch_keras_and_paddle():
         # and eager's copies are found from the layouts alike: q, k^T and v before their batched
         # matmuls, and the transposed heads before the reshape that merges them
         assert kinds.count("layout_transform") == 4, name
+        # ONNX's Slice and Squeeze of one entry of q, k and v are PyTorch's one indexing operator: the
+        # GPU waits on the host at this batch, and each operator issued costs host time
+        assert "squeeze" not in kinds, name
     predictions = {name: predict(m, inputs[name], batch=8) for name, m in models.items()}
     _assert_same(graphs, predictions)
 
