@@ -2,15 +2,16 @@
 
 The harness records three memory figures per configuration (data/measurements/*.csv): the CUDA
 context and library handles (taken once per run, before any model), the allocator's peak allocated
-and its peak reserved bytes. The analytical model predicts context + weights + the liveness peak of
-the activations + the cuBLAS workspace. This prints, per batch size, the median and the 10th-90th
-percentiles of
+and its peak reserved bytes. The analytical model predicts the context plus the peak reserved of
+PyTorch's caching allocator replayed over the workspace, the weights and the activations
+(dippm_nas.cost.allocator). This prints, per batch size, the median and the 10th-90th percentiles of
 
 * total: measured (context + peak reserved) over the analytical total;
 * allocated: measured peak allocated over weights + activations + workspace, the bytes the model
-  counts (what it misses: cuDNN workspaces, eager's temporaries);
-* reserved: measured peak reserved over peak allocated (the caching allocator's rounding and
-  fragmentation, which the model does not simulate);
+  counts live (what it misses: eager's temporaries it does not know of);
+* reserved: measured peak reserved over the replayed one;
+* slack: measured peak reserved over peak allocated, next to the replay's own (the allocator's
+  rounding and fragmentation);
 * context: the measured context over the model's constant.
 
 Every measured configuration is read, test sets of `dippm-nas evaluate` included: it describes the
@@ -57,17 +58,19 @@ def main() -> int:
         m = analytical.memory(scale_batch(graph, int(r["batch"])).table, r["precision"], torch_release(r["torch"]))
         context, allocated, reserved = (float(r[c]) for c in
                                         ("memory_context_mib", "memory_allocated_mib", "memory_reserved_mib"))
+        live = m.weights_mib + m.activations_mib + m.workspace_mib
         by_batch.setdefault(int(r["batch"]), []).append((
-            (context + reserved) / m.total_mib, allocated / (m.weights_mib + m.activations_mib + m.workspace_mib),
-            reserved / allocated, context / m.context_mib))
+            (context + reserved) / m.total_mib, allocated / live, reserved / (live + m.allocator_mib),
+            reserved / allocated, (live + m.allocator_mib) / live, context / m.context_mib))
     print(f"{sum(map(len, by_batch.values()))} measured configurations"
           + (f" ({skipped} without a featurized graph skipped)" if skipped else ""))
-    print(f"{'batch':>6} {'n':>4}  " + "  ".join(f"{name:>22}" for name in ("total", "allocated", "reserved", "context")))
+    names = ("total", "allocated", "reserved", "slack measured", "slack replayed", "context")
+    print(f"{'batch':>6} {'n':>4}  " + "  ".join(f"{name:>22}" for name in names))
     for batch in sorted(by_batch):
         ratios = np.array(by_batch[batch])
         cells = [f"{np.median(c):.2f} ({np.percentile(c, 10):.2f}-{np.percentile(c, 90):.2f})" for c in ratios.T]
         print(f"{batch:>6} {len(ratios):>4}  " + "  ".join(f"{c:>22}" for c in cells))
-    print("medians (10th-90th percentile) of measured over analytical; reserved is measured over measured")
+    print("medians (10th-90th percentile) of measured over analytical; the slacks are reserved over live bytes")
     return 0
 
 

@@ -98,7 +98,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         learned = abs(m.total_mib - p.memory_mb) > 0.5  # PMGNS corrected the total, not its parts
         label = f"analytical memory {m.total_mib:.0f} MiB (PMGNS corrects the total)" if learned else "memory"
         print(f"\n{label} = context {m.context_mib:.0f} + weights {m.weights_mib:.0f} + activations "
-              f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} MiB")
+              f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} + allocator {m.allocator_mib:.0f} MiB")
     if operators:
         rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound]
                 for c in operators]

@@ -29,10 +29,11 @@ class MemoryBreakdown:
     weights_mib: float
     activations_mib: float
     workspace_mib: float
+    allocator_mib: float = 0.0  # the caching allocator's segments beyond the live bytes at the peak
 
     @property
     def total_mib(self) -> float:
-        return self.context_mib + self.weights_mib + self.activations_mib + self.workspace_mib
+        return self.context_mib + self.weights_mib + self.activations_mib + self.workspace_mib + self.allocator_mib
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ class NodeTable:
     other_bytes: np.ndarray  # activations of other dtypes read and written
     weight_numel: np.ndarray
     weight_bytes: np.ndarray
+    weight_tensor_bytes: np.ndarray  # every weight tensor's bytes, in execution order (the allocator's requests)
     has_weights: np.ndarray
     nchw_transposed_numel: np.ndarray  # input elements of a 2-D tensor-core convolution, else 0
     cuda_core_conv: np.ndarray  # a convolution whose channels keep it off the tensor cores (depthwise, RGB stems)
@@ -162,6 +163,7 @@ class NodeTable:
         other_kind = kinds["other"]
         batch = max(graph.batch, 1)
         rows: list[tuple] = []  # one per operator: the columns below, in the order cls() reads them
+        tensor_bytes: list[int] = []
         add, prod, dtype_size, block = rows.append, math.prod, DTYPE_BYTES.get, ALLOCATOR_BLOCK_BYTES
         pad = (0,) * MAX_RANK
         no_spatial = (0.0,) * (2 * len(SPATIAL_ATTRS))
@@ -193,6 +195,7 @@ class NodeTable:
                 count = prod(t.shape)
                 w_numel += count
                 w_bytes += count * dtype_size(t.dtype, 4)
+                tensor_bytes.append(count * dtype_size(t.dtype, 4))
                 f32_weight = f32_weight or (count > 1 and t.dtype == "float32")
             attrs = node.attrs
             category = node.category
@@ -232,7 +235,7 @@ class NodeTable:
             has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], nchw_transposed_numel=table[:, 5],
             cuda_core_conv=ints[:, 6].astype(bool), sdpa_math=sdpa_math, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
             flops=table[:, 7], f32_numel=f32_in + f32_out, other_bytes=table[:, 10], weight_numel=table[:, 11],
-            weight_bytes=table[:, 12], alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),
+            weight_bytes=table[:, 12], weight_tensor_bytes=np.array(tensor_bytes, dtype=np.float64), alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),
             free_step=_free_steps(graph, ints[:, 2].astype(bool)),
             input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 17], read1=table[:, 18],
             written1=table[:, 19], out_dims1=table[:, 20:20 + MAX_RANK], shape_attrs=table[:, 20 + MAX_RANK:],

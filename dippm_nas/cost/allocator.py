@@ -1,0 +1,151 @@
+"""PyTorch's CUDA caching allocator, replayed over a model's allocations in execution order.
+
+What a PyTorch process holds on the GPU is not the peak of its live tensors but the peak of the
+segments its caching allocator reserved with ``cudaMalloc``: a request of up to 1 MiB takes a piece
+of a 2 MiB segment, one of 1-10 MiB a piece of a 20 MiB segment, a larger one a segment of its own
+rounded up to 2 MiB; a freed block is kept and reused only for a request that fits in it, and merges
+only with free neighbours of its own segment. So the same live bytes cost more or less depending on
+the sizes and the order in which tensors come and go: on the harness's H100 records the peak reserved
+is 1.1-1.5 times the peak allocated, in a way no constant factor follows. Replaying the allocator's
+rules on the graph's allocations gives it.
+
+The rules and constants are those of ``c10/cuda/CUDACachingAllocator.cpp`` in PyTorch 2.x with its
+default settings (no ``expandable_segments``, no ``max_split_size_mb``, one stream): sizes rounded up
+to 512 bytes; best fit among the free blocks of the request's pool (the smallest block that is big
+enough, then the lowest address); the remainder of a block split off when it is at least 512 bytes
+(small pool) or more than 1 MiB (large pool), else the request gets the whole block.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+import numpy as np
+
+MIB = 2**20
+MIN_BLOCK = 512  # kMinBlockSize: every size is rounded up to this
+SMALL_REQUEST = 1 * MIB  # kSmallSize: requests up to this come from the small pool
+SMALL_SEGMENT = 2 * MIB  # kSmallBuffer: the small pool's segments
+LARGE_SEGMENT = 20 * MIB  # kLargeBuffer: segment for requests of 1-10 MiB
+MIN_OWN_SEGMENT = 10 * MIB  # kMinLargeAlloc: from here a request gets a segment of its own
+LARGE_ROUNDING = 2 * MIB  # kRoundLarge: ... rounded up to this
+
+
+def block_size(nbytes: float) -> int:
+    return max(MIN_BLOCK, -(-int(nbytes) // MIN_BLOCK) * MIN_BLOCK)
+
+
+def segment_size(size: int) -> int:
+    if size <= SMALL_REQUEST:
+        return SMALL_SEGMENT
+    if size < MIN_OWN_SEGMENT:
+        return LARGE_SEGMENT
+    return -(-size // LARGE_ROUNDING) * LARGE_ROUNDING
+
+
+class _Block:
+    __slots__ = ("size", "segment", "offset", "free", "prev", "next", "small")
+
+    def __init__(self, size: int, segment: int, offset: int, small: bool,
+                 prev: _Block | None = None, next: _Block | None = None):
+        self.size, self.segment, self.offset, self.small = size, segment, offset, small
+        self.free, self.prev, self.next = True, prev, next
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.size, self.segment, self.offset
+
+
+class CachingAllocator:
+    """The allocator's bookkeeping without the memory: blocks, segments, the reserved peak."""
+
+    def __init__(self) -> None:
+        self._pools: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}  # free blocks, sorted
+        self._free: dict[tuple[int, int, int], _Block] = {}
+        self._segments = 0
+        self.reserved = self.peak_reserved = self.allocated = self.peak_allocated = 0
+
+    def malloc(self, nbytes: float) -> _Block:
+        size = block_size(nbytes)
+        small = size <= SMALL_REQUEST
+        pool = self._pools[small]
+        i = bisect.bisect_left(pool, (size, -1, -1))
+        if i < len(pool):
+            block = self._free.pop(pool.pop(i))
+        else:
+            segment = segment_size(size)
+            self._segments += 1
+            block = _Block(segment, self._segments, 0, small)
+            self.reserved += segment
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        rest = block.size - size
+        if rest >= MIN_BLOCK if small else rest > SMALL_REQUEST:
+            tail = _Block(rest, block.segment, block.offset + size, small, block, block.next)
+            if block.next is not None:
+                block.next.prev = tail
+            block.next, block.size = tail, size
+            self._insert(tail)
+        block.free = False
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return block
+
+    def free(self, block: _Block) -> None:
+        self.allocated -= block.size
+        block.free = True
+        before, after = block.prev, block.next
+        if before is not None and before.free:
+            self._remove(before)
+            before.size += block.size
+            before.next = after
+            if after is not None:
+                after.prev = before
+            block = before
+        if after is not None and after.free:
+            self._remove(after)
+            block.size += after.size
+            block.next = after.next
+            if after.next is not None:
+                after.next.prev = block
+        self._insert(block)
+
+    def _insert(self, block: _Block) -> None:
+        key = block.key
+        bisect.insort(self._pools[block.small], key)
+        self._free[key] = block
+
+    def _remove(self, block: _Block) -> None:
+        key = block.key
+        pool = self._pools[block.small]
+        del pool[bisect.bisect_left(pool, key)]
+        del self._free[key]
+
+
+def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray,
+           transient: np.ndarray) -> CachingAllocator:
+    """The allocator after the resident tensors (workspace, weights, inputs: allocated first, never
+    freed) and one forward pass: operator i allocates ``outputs[i]`` bytes (where ``free_step[i] >=
+    0``) and holds ``transient[i]`` bytes while it runs; an output is freed after the operator
+    ``free_step`` names."""
+    allocator = CachingAllocator()
+    for nbytes in resident:
+        if nbytes > 0:
+            allocator.malloc(nbytes)
+    owned = np.flatnonzero((free_step >= 0) & (outputs > 0))
+    order = owned[np.argsort(free_step[owned], kind="stable")]
+    ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1))
+    held: dict[int, _Block] = {}
+    owns = np.zeros(len(outputs), dtype=bool)
+    owns[owned] = True
+    outputs_list, transient_list, owns_list, order_list = (
+        outputs.tolist(), transient.tolist(), owns.tolist(), order.tolist())
+    ends_list = ends.tolist()
+    for i in range(len(outputs_list)):
+        if owns_list[i]:
+            held[i] = allocator.malloc(outputs_list[i])
+        if transient_list[i] > 0:
+            allocator.free(allocator.malloc(transient_list[i]))
+        for j in order_list[ends_list[i]:ends_list[i + 1]]:
+            allocator.free(held.pop(j))
+    return allocator

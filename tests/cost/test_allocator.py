@@ -1,0 +1,86 @@
+"""The caching allocator replay follows c10/cuda/CUDACachingAllocator.cpp's rules."""
+
+import numpy as np
+import pytest
+import torch.nn as nn
+
+from dippm_nas import build_graph
+from dippm_nas.cost.allocator import MIB, CachingAllocator, replay
+from dippm_nas.cost.analytical import AnalyticalCostModel
+
+
+def test_small_requests_share_two_mib_segments():
+    a = CachingAllocator()
+    blocks = [a.malloc(1000) for _ in range(4096)]  # 4096 x 1024 bytes (rounded to 512) = 4 MiB
+    assert a.reserved == 4 * MIB and a.allocated == 4 * MIB
+    assert {b.size for b in blocks} == {1024}
+
+
+def test_mid_sized_requests_split_a_twenty_mib_segment():
+    a = CachingAllocator()
+    for _ in range(4):
+        a.malloc(5 * MIB)
+    assert a.reserved == 20 * MIB
+    a.malloc(5 * MIB)
+    assert a.reserved == 40 * MIB
+
+
+def test_large_request_gets_its_own_segment_rounded_to_two_mib():
+    a = CachingAllocator()
+    a.malloc(15 * MIB + 1)
+    assert a.reserved == 16 * MIB
+
+
+def test_remainder_of_one_mib_or_less_is_not_split_off():
+    a = CachingAllocator()
+    block = a.malloc(19.5 * MIB)  # a 20 MiB segment (rounded up): nothing to split
+    a.free(block)
+    again = a.malloc(12 * MIB)  # best fit is that 20 MiB block; 8 MiB is split off
+    assert again.size == 12 * MIB and a.reserved == 20 * MIB
+    last = a.malloc(7.5 * MIB)  # 0.5 MiB would remain: it gets the whole 8 MiB
+    assert last.size == 8 * MIB and a.allocated == 20 * MIB
+
+
+def test_free_blocks_of_one_segment_merge_but_segments_never_do():
+    a = CachingAllocator()
+    first, second = a.malloc(12 * MIB), a.malloc(12 * MIB)  # two segments of 12 MiB
+    a.free(first)
+    a.free(second)
+    a.malloc(14 * MIB)  # neither free block fits and they are not adjacent: a third segment
+    assert a.reserved == 38 * MIB and a.peak_reserved == 38 * MIB
+    b = CachingAllocator()
+    quarters = [b.malloc(5 * MIB) for _ in range(4)]
+    b.free(quarters[1])
+    b.free(quarters[2])  # merges with its free neighbour: 10 MiB in one block
+    b.malloc(9 * MIB)
+    assert b.reserved == 20 * MIB
+
+
+def test_replay_frees_each_output_after_its_last_reader():
+    # a chain of three 12 MiB outputs, each read only by the next: two are live at a time, and the
+    # third reuses the first's segment
+    outputs = np.full(3, 12.0 * MIB)
+    free_step = np.array([1, 2, 3])
+    a = replay([], outputs, free_step, np.zeros(3))
+    assert a.peak_reserved == 24 * MIB
+    # a transient the size of two outputs while the second runs: another segment
+    a = replay([], outputs, free_step, np.array([0.0, 24 * MIB, 0.0]))
+    assert a.peak_reserved == 48 * MIB
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_memory_is_context_plus_the_replayed_peak(batch):
+    mlp = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
+    table = build_graph(mlp, (1024,), batch=batch).table
+    model = AnalyticalCostModel()
+    m = model.memory(table, "fp16")
+    live = m.weights_mib + m.activations_mib + m.workspace_mib
+    assert m.allocator_mib >= 0
+    transient = model.transient_bytes(table, "fp16")
+    replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes],
+                      table.alloc_bytes[:, 1], table.free_step, transient).peak_reserved / MIB
+    assert live + m.allocator_mib == pytest.approx(max(replayed, live))
+    # the workspace (32 MiB) and the two weights (16 MiB) in segments of their own, the biases and the
+    # activations in one 2 MiB small segment, each layer's 8 MiB half copy in one 20 MiB segment
+    assert m.total_mib - m.context_mib == pytest.approx(32 + 2 * 16 + 2 + 20)
+
