@@ -295,14 +295,17 @@ class AnalyticalCostModel:
         of tensors that require grad outside inference mode; PyTorch 2.15 on the CPU casts a Linear's
         weight three times in three calls, once under no_grad). A tensor-core convolution on NCHW half
         activations holds cuDNN's NHWC copy of its input and a workspace the size of its output
-        (:data:`CUDNN_NCHW_WORKSPACE_OUTPUTS`). Eager's math attention holds its float32 scores and
-        copies (:func:`sdpa_math`)."""
+        (:data:`CUDNN_NCHW_WORKSPACE_OUTPUTS`). An operator autocast runs in the other precision than
+        its input holds the cast copy of that input (a transformer's linear layers read the float32
+        residual stream's layer norm). Eager's math attention holds its float32 scores and copies
+        (:func:`sdpa_math`)."""
         half = precision in HALF_PRECISIONS
         held = sdpa_math(table, half, release)[2]
         if half:
             nchw = table.nchw_transposed_numel > 0
             held = held + np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0) + np.where(
                 nchw, table.nchw_transposed_numel * 2.0 + CUDNN_NCHW_WORKSPACE_OUTPUTS * table.alloc_bytes[:, 1], 0.0)
+            held = held + table.autocast_copy_bytes
         return held
 
     def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:

@@ -130,6 +130,7 @@ class NodeTable:
     autocast_bytes: np.ndarray  # what those move under half-precision autocast, its casts included
     autocast_casts: np.ndarray  # the cast kernels autocast adds
     autocast_f32: np.ndarray  # the output stays float32 under autocast (the AUTOCAST_* sets in ops)
+    autocast_copy_bytes: np.ndarray  # the copies autocast's casts of its inputs make, held while it runs
     other_bytes: np.ndarray  # activations of other dtypes read and written
     weight_numel: np.ndarray
     weight_bytes: np.ndarray
@@ -240,6 +241,7 @@ class NodeTable:
             input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 17], read1=table[:, 18],
             written1=table[:, 19], out_dims1=table[:, 20:20 + MAX_RANK], shape_attrs=table[:, 20 + MAX_RANK:],
             autocast_bytes=autocast.bytes, autocast_casts=autocast.casts, autocast_f32=autocast.stays_f32,
+            autocast_copy_bytes=autocast.copy_bytes,
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
 
@@ -259,6 +261,7 @@ class _Autocast:
     stays_f32: np.ndarray  # the float32 output stays float32
     bytes: np.ndarray  # what the float32 activations move, casts included
     casts: np.ndarray  # cast kernels added
+    copy_bytes: np.ndarray  # the casts' copies, held while the operator runs
 
 
 def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_weight: np.ndarray,
@@ -296,7 +299,8 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
     read = np.where(half, f32_in * 2 + f32_read * (4 + 2),
                     np.where(float32, f32_in * 4 + half_read * (2 + 4), f32_read * 4 + half_read * 2))
     casts = (half & (f32_read > 0)) | (float32 & (half_read > 0))
-    return _Autocast(stays_f32, read + f32_out * np.where(stays_f32, 4, 2), casts.astype(np.float64))
+    copies = np.where(half, f32_read * 2, np.where(float32, half_read * 4, 0.0))
+    return _Autocast(stays_f32, read + f32_out * np.where(stays_f32, 4, 2), casts.astype(np.float64), copies)
 
 
 def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
