@@ -117,11 +117,12 @@ class CachingAllocator:
         del self._free[key]
 
 
-def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray,
-           transient: np.ndarray) -> CachingAllocator:
+def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray, casts: np.ndarray,
+           workspace: np.ndarray) -> CachingAllocator:
     """The allocator after the resident tensors (workspace, weights, inputs: allocated first, never
-    freed) and one forward pass: operator i allocates ``outputs[i]`` bytes (where ``free_step[i] >=
-    0``) and holds ``transient[i]`` bytes while it runs; an output is freed after the operator
+    freed) and one forward pass, in eager's order: operator i makes ``casts[i]`` bytes of cast copies
+    of its inputs, allocates ``outputs[i]`` bytes (where ``free_step[i] >= 0``), then ``workspace[i]``
+    bytes, and frees the copies and the workspace when it ends; an output is freed after the operator
     ``free_step`` names."""
     allocator = CachingAllocator()
     for nbytes in resident:
@@ -129,18 +130,20 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
             allocator.malloc(nbytes)
     owned = np.flatnonzero((free_step >= 0) & (outputs > 0))
     order = owned[np.argsort(free_step[owned], kind="stable")]
-    ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1))
-    held: dict[int, _Block] = {}
+    ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1)).tolist()
     owns = np.zeros(len(outputs), dtype=bool)
     owns[owned] = True
-    outputs_list, transient_list, owns_list, order_list = (
-        outputs.tolist(), transient.tolist(), owns.tolist(), order.tolist())
-    ends_list = ends.tolist()
-    for i in range(len(outputs_list)):
-        if owns_list[i]:
-            held[i] = allocator.malloc(outputs_list[i])
-        if transient_list[i] > 0:
-            allocator.free(allocator.malloc(transient_list[i]))
-        for j in order_list[ends_list[i]:ends_list[i + 1]]:
+    held: dict[int, _Block] = {}
+    freed_by = order.tolist()
+    for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(), casts.tolist(),
+                                                              workspace.tolist())):
+        temporary = allocator.malloc(copies) if copies > 0 else None
+        if owner:
+            held[i] = allocator.malloc(size)
+        if scratch > 0:
+            allocator.free(allocator.malloc(scratch))
+        if temporary is not None:
+            allocator.free(temporary)
+        for j in freed_by[ends[i]:ends[i + 1]]:
             allocator.free(held.pop(j))
     return allocator

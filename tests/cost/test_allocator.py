@@ -61,11 +61,17 @@ def test_replay_frees_each_output_after_its_last_reader():
     # third reuses the first's segment
     outputs = np.full(3, 12.0 * MIB)
     free_step = np.array([1, 2, 3])
-    a = replay([], outputs, free_step, np.zeros(3))
+    none = np.zeros(3)
+    a = replay([], outputs, free_step, none, none)
     assert a.peak_reserved == 24 * MIB
-    # a transient the size of two outputs while the second runs: another segment
-    a = replay([], outputs, free_step, np.array([0.0, 24 * MIB, 0.0]))
+    # a workspace the size of two outputs while the second runs: another segment
+    a = replay([], outputs, free_step, none, np.array([0.0, 24 * MIB, 0.0]))
     assert a.peak_reserved == 48 * MIB
+    # the third operator's cast copy (10 MiB) comes before its output and takes the first output's
+    # freed segment, so the output needs a segment of its own; a 10 MiB workspace comes after it
+    ten = np.array([0.0, 0.0, 10 * MIB])
+    assert replay([], outputs, free_step, ten, none).peak_reserved == 36 * MIB
+    assert replay([], outputs, free_step, none, ten).peak_reserved == 34 * MIB
 
 
 @pytest.mark.parametrize("batch", [1, 64])
@@ -76,9 +82,8 @@ def test_memory_is_context_plus_the_replayed_peak(batch):
     m = model.memory(table, "fp16")
     live = m.weights_mib + m.activations_mib + m.workspace_mib
     assert m.allocator_mib >= 0
-    transient = model.transient_bytes(table, "fp16")
     replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes],
-                      table.alloc_bytes[:, 1], table.free_step, transient).peak_reserved / MIB
+                      table.alloc_bytes[:, 1], table.free_step, *model.transient_bytes(table, "fp16")).peak_reserved / MIB
     assert live + m.allocator_mib == pytest.approx(max(replayed, live))
     # the workspace (32 MiB) and the two weights (16 MiB) in segments of their own, the biases and the
     # activations in one 2 MiB small segment, each layer's 8 MiB half copy in one 20 MiB segment
