@@ -80,9 +80,7 @@ class CachingAllocator:
             if block.next is not None:
                 block.next.prev = tail
             block.next, block.size = tail, size
-            key = (rest, tail.segment, tail.offset)
-            bisect.insort(pool, key)
-            self._free[key] = tail
+            self._insert(tail)
         block.free = False
         self.allocated += block.size
         if self.allocated > self.peak_allocated:
@@ -106,6 +104,9 @@ class CachingAllocator:
             block.next = after.next
             if after.next is not None:
                 after.next.prev = block
+        self._insert(block)
+
+    def _insert(self, block: _Block) -> None:
         key = (block.size, block.segment, block.offset)
         bisect.insort(self._pools[block.small], key)
         self._free[key] = block
@@ -128,11 +129,10 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     for nbytes in resident:
         if nbytes > 0:
             allocator.malloc(nbytes)
-    owned = np.flatnonzero((free_step >= 0) & (outputs > 0))
+    owns = (free_step >= 0) & (outputs > 0)
+    owned = np.flatnonzero(owns)
     order = owned[np.argsort(free_step[owned], kind="stable")]
     ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1)).tolist()
-    owns = np.zeros(len(outputs), dtype=bool)
-    owns[owned] = True
     held: dict[int, _Block] = {}
     freed_by = order.tolist()
     for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(), casts.tolist(),

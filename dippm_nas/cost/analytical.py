@@ -41,14 +41,12 @@ from functools import cached_property
 
 import numpy as np
 
-from dippm_nas.cost.allocator import replay
+from dippm_nas.cost.allocator import MIB, replay
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost, register_cost_model
 from dippm_nas.graph import ops
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
-
-MIB = 2**20
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
@@ -166,6 +164,19 @@ def sdpa_math(table: NodeTable, half: bool, release: tuple[int, int] | None = No
         moved = moved + (q + k + v) * (2 + 4) + out * (4 + 4 + 2)  # upcasts; float32 output, cast back
         live = live + (q + k + v) * 4
     return moved, kernels, live, e == 4
+
+
+def _peak_live(table: NodeTable, precision: str, casts: np.ndarray, workspace: np.ndarray) -> float:
+    """Peak bytes of the live outputs plus each operator's transient bytes while it runs."""
+    half = int(precision in HALF_PRECISIONS)
+    inputs = table.input_bytes
+    if not len(table):
+        return inputs
+    owns = table.free_step >= 0
+    sizes = np.where(owns, table.alloc_bytes[:, half], 0.0)
+    freed = np.bincount(table.free_step[owns], weights=sizes[owns], minlength=len(table) + 1)[:len(table)]
+    live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
+    return max(inputs, float((live + casts + workspace).max()))
 
 
 def queued_latency(time_s: np.ndarray, host_s: np.ndarray, gpu_scales: np.ndarray) -> np.ndarray:
@@ -310,16 +321,7 @@ class AnalyticalCostModel:
 
     def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""
-        half = int(precision in HALF_PRECISIONS)
-        inputs = table.input_bytes
-        if not len(table):
-            return inputs
-        owns = table.free_step >= 0
-        sizes = np.where(owns, table.alloc_bytes[:, half], 0.0)
-        freed = np.bincount(table.free_step[owns], weights=sizes[owns], minlength=len(table) + 1)[:len(table)]
-        live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
-        casts, workspace = self.transient_bytes(table, precision, release)
-        return max(inputs, float((live + casts + workspace).max()))
+        return _peak_live(table, precision, *self.transient_bytes(table, precision, release))
 
     def memory(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> MemoryBreakdown:
         """What the process holds: the context outside the caching allocator, and the allocator's
@@ -327,10 +329,10 @@ class AnalyticalCostModel:
         the activations' peak and the allocator's rounding and fragmentation on top."""
         half = int(precision in HALF_PRECISIONS)
         workspace = CUBLAS_WORKSPACE_MIB * MIB
+        transient = self.transient_bytes(table, precision, release)
         resident = [workspace, *table.weight_tensor_bytes.tolist(), table.input_bytes]
-        allocator = replay(resident, table.alloc_bytes[:, half], table.free_step,
-                           *self.transient_bytes(table, precision, release))
-        weights, activations = float(table.param_bytes), self.peak_activations(table, precision, release)
+        allocator = replay(resident, table.alloc_bytes[:, half], table.free_step, *transient)
+        weights, activations = float(table.param_bytes), _peak_live(table, precision, *transient)
         slack = max(0.0, allocator.peak_reserved - weights - activations - workspace)
         return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB, slack / MIB)
 
