@@ -28,7 +28,9 @@ them. A tensor-core convolution on NCHW activations at half precision also pays 
 input that cuDNN runs before it.
 Memory is the CUDA context and the peak of the segments PyTorch's caching allocator reserves when it
 serves the library workspace, the weights, the inputs and then the operators' outputs and transient
-buffers in execution order (:mod:`dippm_nas.cost.allocator`).
+buffers in execution order (:mod:`dippm_nas.cost.allocator`), each output freed when eager frees it:
+after its last reader or, when a module call it was passed into is still running, once that call
+returns (``NodeTable.free_step``).
 
 Everything is computed over the columns of a :class:`~dippm_nas.graph.table.NodeTable` (one pass over
 the operators), so the learned model, which needs this estimate for every prediction, stays fast.
@@ -94,14 +96,6 @@ CUDA_CONTEXT_MIB = 600.0
 #: cuBLAS workspace PyTorch allocates per handle: CUBLAS_WORKSPACE_CONFIG ':4096:8' (8 x 4 MiB), its
 #: default on Hopper; older GPUs use less (':4096:2:16:8', about 8 MiB), so this is an upper bound.
 CUBLAS_WORKSPACE_MIB = 32.0
-
-#: A tensor-core convolution on NCHW half activations holds, besides cuDNN's NHWC copy of its input,
-#: a workspace of this many times its output's bytes while it runs. Chosen on the harness's H100
-#: records outside the test sets of the family and the random split (seeds 0 and 1, 222 and 224
-#: records; analytical memory MAPE with the allocator replayed: 9.6 / 9.1 % without either term,
-#: 8.2 / 8.0 % with the input's copy, 7.5 / 7.7 % with this as well, before autocast's cast copies
-#: were counted); which cuDNN engine needs it was not profiled.
-CUDNN_NCHW_WORKSPACE_OUTPUTS = 1.0
 
 #: An idle data-centre GPU draws about 10-20 % of its TDP (an idle A100-SXM4 reads about 50-60 W of
 #: its 400 W in nvidia-smi); the middle of that range until measured idle power replaces it.
@@ -308,15 +302,13 @@ class AnalyticalCostModel:
         times in three calls, once under no_grad). An operator autocast runs in the other precision
         than its input casts that input (a transformer's linear layers read the float32 layer norm's
         output). A tensor-core convolution on NCHW half activations holds cuDNN's NHWC copy of its
-        input and a workspace the size of its output (:data:`CUDNN_NCHW_WORKSPACE_OUTPUTS`). Eager's
-        math attention holds its float32 scores and copies (:func:`sdpa_math`)."""
+        input. Eager's math attention holds its float32 scores and copies (:func:`sdpa_math`)."""
         half = precision in HALF_PRECISIONS
         workspace = sdpa_math(table, half, release)[2]
         if not half:
             return np.zeros(len(table)), workspace
         casts = np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0) + table.autocast_copy_bytes
-        workspace = workspace + np.where(table.nchw_transposed_numel > 0, table.nchw_transposed_numel * 2.0
-                                         + CUDNN_NCHW_WORKSPACE_OUTPUTS * table.alloc_bytes[:, 1], 0.0)
+        workspace = workspace + table.nchw_transposed_numel * 2.0
         return casts, workspace
 
     def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:

@@ -11,7 +11,9 @@ materialised converts in milliseconds. Three rules keep the graph close to what 
 * tuples and tuple indexing are plumbing, not operators: edges go straight through them.
 
 It also follows each activation's memory layout, to add the copies PyTorch eager makes where a
-view is impossible (:mod:`dippm_nas.graph.eager_layout`).
+view is impossible (:mod:`dippm_nas.graph.eager_layout`), and, where a frontend knows it (the torch
+frontend's module calls), how long eager keeps an output past its last reader: the node's
+``eager_hold`` attribute, in steps after its own.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import tvm
 from tvm import relax
 
 from dippm_nas.graph import eager_layout, ops
-from dippm_nas.graph.model_graph import ModelGraph, Node, Shape, Tensor
+from dippm_nas.graph.model_graph import EAGER_HOLD, EAGER_INPLACE_OF, ModelGraph, Node, Shape, Tensor
 
 GENERIC_OP_PREFIX = "dippm.generic."
+#: The Relax function attribute that maps a variable to the variable up to which eager keeps it.
+EAGER_HOLDS_ATTR = "eager_holds"
+#: The Relax function attribute that lists the variables of operators eager runs in place.
+EAGER_INPLACE_ATTR = "eager_inplace"
 
 
 def generic_call(name: str, args: list[relax.Expr], out_ty: object,
@@ -195,8 +201,15 @@ class _Converter:
         for binding in bindings:
             self.count_uses(binding.value)
         self.count_uses(body.body)
+        made_by: dict[str, int] = {}  # a variable's name -> the number of nodes once it is bound
         for binding in bindings:
             self.env[binding.var] = self.bind(binding)
+            made_by[binding.var.name] = len(self.nodes)
+        attrs = func.attrs or {}
+        if EAGER_HOLDS_ATTR in attrs:
+            self.hold({str(k): str(v) for k, v in attrs[EAGER_HOLDS_ATTR].items()}, bindings, made_by)
+        if EAGER_INPLACE_ATTR in attrs:
+            self.in_place({str(v) for v in attrs[EAGER_INPLACE_ATTR]}, bindings)
 
         for const in filter(_is_weight, self.constants.values()):
             param_count += const.numel
@@ -204,6 +217,30 @@ class _Converter:
         outputs = sorted({p for leaf in self.leaves(self.resolve(body.body)) if isinstance(leaf, _Act)
                           for p in leaf.producers})
         return self.freeze(tuple(inputs), tuple(outputs), param_count, param_bytes)
+
+    def hold(self, holds: dict[str, str], bindings: list[relax.VarBinding], made_by: dict[str, int]) -> None:
+        """Mark the nodes whose output eager keeps until a later node (the ``eager_holds`` map)."""
+        for binding in bindings:
+            end = made_by.get(holds.get(binding.var.name, ""), 0) - 1
+            for leaf in self.leaves(self.env.get(binding.var)):
+                for p in leaf.producers if isinstance(leaf, _Act) else ():
+                    if end > p:
+                        attrs = self.nodes[p].attrs
+                        attrs[EAGER_HOLD] = max(int(attrs.get(EAGER_HOLD, 0)), end - p)
+
+    def in_place(self, names: set[str], bindings: list[relax.VarBinding]) -> None:
+        """Mark the nodes eager runs in place with the node whose storage their output is."""
+        for binding in bindings:
+            value = binding.value
+            if binding.var.name not in names or not isinstance(value, relax.Call) or not value.args:
+                continue
+            first = self.leaves(self.resolve(value.args[0]))
+            out = self.leaves(self.env.get(binding.var))
+            if len(first) == 1 == len(out) and isinstance(first[0], _Act) and isinstance(out[0], _Act) \
+                    and len(first[0].producers) == 1 == len(out[0].producers):
+                node, source = out[0].producers[0], first[0].producers[0]
+                if node > source:
+                    self.nodes[node].attrs[EAGER_INPLACE_OF] = node - source
 
     def bind(self, binding: relax.VarBinding) -> object:
         value = binding.value

@@ -14,8 +14,10 @@ from collections.abc import Iterable
 
 from dippm_nas.graph.model_graph import ModelGraph, Node
 
-#: Attributes that name a layout or a dtype rather than change the computation's structure.
-COSMETIC_ATTRS = frozenset({"data_layout", "kernel_layout", "out_layout", "layout", "out_dtype", "aten"})
+#: Attributes that name a layout or a dtype, or say how long eager keeps an output, rather than
+#: change the computation's structure.
+COSMETIC_ATTRS = frozenset({"data_layout", "kernel_layout", "out_layout", "layout", "out_dtype", "aten", "eager_hold",
+                            "eager_inplace_of"})
 
 
 def _digest(payload: object) -> str:

@@ -19,7 +19,7 @@ from functools import cache
 import numpy as np
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import DTYPE_BYTES, ModelGraph, Node
+from dippm_nas.graph.model_graph import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF, ModelGraph, Node
 
 MAX_RANK = 5
 SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
@@ -304,21 +304,27 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
 
 
 def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
-    """Liveness as PyTorch eager sees it: a view shares its input's allocation; an allocation is freed
-    after the last operator that reads it (or any view of it), outputs of the model at the end, and
-    one nobody reads right after it is written. -1 marks a node without an allocation of its own."""
+    """Liveness as PyTorch eager sees it: a view shares its input's allocation, and so does an
+    operator eager runs in place (``eager_inplace_of``, where the frontend knows it); an allocation is
+    freed after the last operator that reads it (or any view of it) or, later, once the module call it
+    was passed into returns (a node's ``eager_hold``), outputs of the model at the end, and one nobody
+    reads right after it is written. -1 marks a node without an allocation of its own."""
     n = len(graph.nodes)
     src, dst = graph.edge_array.T
     producer_count = np.bincount(dst, minlength=n)
     producer = np.full(n, -1, dtype=np.int64)
     producer[dst] = src  # exact where a node has one producer, the only case read below
-    shares = is_view & (producer_count == 1)
+    in_place = np.array([n.attrs.get(EAGER_INPLACE_OF, 0) for n in graph.nodes], dtype=np.int64)
+    shares = (is_view & (producer_count == 1)) | (in_place > 0)
+    producer = np.where(in_place > 0, np.arange(n) - in_place, producer)
     chain = list(range(n))
     for i, p in zip(np.flatnonzero(shares).tolist(), producer[shares].tolist()):  # in graph order: views of views
         chain[i] = chain[p]
     owner = np.array(chain, dtype=np.int64)
     last_use = np.arange(n, dtype=np.int64)  # never read: freed at its own step
     np.maximum.at(last_use, owner[src], dst)
+    held = np.array([n.attrs.get(EAGER_HOLD, 0) for n in graph.nodes], dtype=np.int64)
+    np.maximum.at(last_use, owner, np.arange(n, dtype=np.int64) + held)
     last_use[shares] = -1
     last_use[owner[list(graph.outputs)]] = n
     return last_use

@@ -11,6 +11,7 @@ from dippm_nas import build_graph, get_device, mig_table, predict_graph
 from dippm_nas.cost.analytical import (HOST_OPERATOR_US, HOST_VIEW_US, IDLE_POWER_FRACTION, AnalyticalCostModel,
                                        queued_latency)
 from dippm_nas.graph.batching import scale_batch
+from dippm_nas.graph.model_graph import EAGER_HOLD, EAGER_INPLACE_OF
 from dippm_nas.graph.table import NodeTable
 
 
@@ -158,6 +159,61 @@ def test_peak_activations_follow_liveness():
     skip = model.peak_activations(NodeTable.of(build_graph(Skip(), (elems,), batch=1)), "fp32")
     assert chain == 3 * elems * 4  # input + the tensor being read + the one being written
     assert skip > chain
+
+
+def test_a_module_call_holds_its_arguments_until_it_returns():
+    """``x = self.stages(x)``: the caller's ``x`` keeps the stem's output alive through every stage,
+    as PyTorch eager does; without the module call it is freed after its last reader."""
+
+    class Stages(nn.Module):
+        def forward(self, x):
+            for _ in range(6):
+                x = torch.relu(x)
+            return x
+
+    class Held(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stages = Stages()
+
+        def forward(self, x):
+            return self.stages(torch.relu(x))
+
+    class Inline(nn.Module):
+        def forward(self, x):
+            return Stages.forward(self, torch.relu(x))
+
+    model = AnalyticalCostModel()
+    elems = 1024 * 1024
+    held_graph = build_graph(Held(), (elems,), batch=1)
+    stem = held_graph.nodes[0]
+    assert stem.attrs[EAGER_HOLD] == len(held_graph.nodes) - 1  # until the last relu of the stages
+    held = model.peak_activations(NodeTable.of(held_graph), "fp32")
+    inline = model.peak_activations(NodeTable.of(build_graph(Inline(), (elems,), batch=1)), "fp32")
+    assert inline == 3 * elems * 4
+    assert held == 4 * elems * 4  # and the stem's output
+
+
+def test_an_operator_eager_runs_in_place_writes_into_its_input():
+    """``nn.ReLU(inplace=True)`` allocates nothing: its output is its input's storage, live until the
+    last reader of either."""
+
+    class InPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            y = x * 2
+            return self.act(y) + y
+
+    elems = 1024 * 1024
+    graph = build_graph(InPlace(), (elems,), batch=1)
+    relu = next(n for n in graph.nodes if n.op == "nn.relu")
+    assert relu.attrs[EAGER_INPLACE_OF] == 1
+    table = NodeTable.of(graph)
+    assert table.free_step[relu.id] == -1
+    assert AnalyticalCostModel().peak_activations(table, "fp32") == 3 * elems * 4  # input, y, the sum
 
 
 def test_breakdown_names_the_dominant_operators(resnet_graphs):
