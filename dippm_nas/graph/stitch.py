@@ -2,7 +2,9 @@
 
 Block ``i + 1`` reads what block ``i`` returns: every node of block ``i + 1`` that reads the block's
 input gets an edge from each output node of block ``i``. That is exactly the graph the whole model
-exports to when it runs its blocks in sequence.
+exports to when it runs its blocks in sequence. Eager also keeps what block ``i`` returns until
+block ``i + 1`` returns (it is the argument of that module call), so the output nodes of block ``i``
+get an ``eager_hold`` to the last node of block ``i + 1``, as the whole model's export gives them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.model_graph import EAGER_HOLD, ModelGraph, Node
 
 
 def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
@@ -25,6 +27,9 @@ def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
         edges.extend((s + offset, d + offset) for s, d in block.edges)
         for entry in block.entry_nodes:
             edges.extend((p, entry + offset) for p in previous_outputs)
+        last = len(nodes) - 1
+        for p in previous_outputs:
+            nodes[p] = _held_until(nodes[p], last)
         previous_outputs = tuple(o + offset for o in block.outputs)
         param_count += block.param_count
         param_bytes += block.param_bytes
@@ -35,3 +40,8 @@ def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
         param_bytes=param_bytes, source="stitched", family=first.family,
         warnings=tuple(w for b in blocks for w in b.warnings), entry_nodes=first.entry_nodes,
     )
+
+
+def _held_until(node: Node, step: int) -> Node:
+    hold = max(int(node.attrs.get(EAGER_HOLD, 0)), step - node.id)
+    return replace(node, attrs={**node.attrs, EAGER_HOLD: hold})

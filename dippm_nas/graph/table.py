@@ -314,7 +314,8 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
     producer_count = np.bincount(dst, minlength=n)
     producer = np.full(n, -1, dtype=np.int64)
     producer[dst] = src  # exact where a node has one producer, the only case read below
-    in_place = np.array([n.attrs.get(EAGER_INPLACE_OF, 0) for n in graph.nodes], dtype=np.int64)
+    in_place, held = np.array([(node.attrs.get(EAGER_INPLACE_OF, 0), node.attrs.get(EAGER_HOLD, 0))
+                               for node in graph.nodes], dtype=np.int64).reshape(n, 2).T
     shares = (is_view & (producer_count == 1)) | (in_place > 0)
     producer = np.where(in_place > 0, np.arange(n) - in_place, producer)
     chain = list(range(n))
@@ -323,7 +324,6 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
     owner = np.array(chain, dtype=np.int64)
     last_use = np.arange(n, dtype=np.int64)  # never read: freed at its own step
     np.maximum.at(last_use, owner[src], dst)
-    held = np.array([n.attrs.get(EAGER_HOLD, 0) for n in graph.nodes], dtype=np.int64)
     np.maximum.at(last_use, owner, np.arange(n, dtype=np.int64) + held)
     last_use[shares] = -1
     last_use[owner[list(graph.outputs)]] = n
