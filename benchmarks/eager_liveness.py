@@ -13,6 +13,7 @@ CPU's fused kernel, so attention-heavy models read low here (NesT, SAM).
 
     python benchmarks/eager_liveness.py                         # the models our H100 harness measured
     python benchmarks/eager_liveness.py --models resnet50 nasnetalarge --batch 4
+    python benchmarks/eager_liveness.py --rebuild          # graphs exported now, not the graph store's
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", help="timm model names (default: those in data/measurements)")
     parser.add_argument("--batch", type=int, default=2, help="batch size (default: 2)")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="export each graph with the current frontend instead of reading the graph store "
+                             "(to check a liveness change before featurizing again)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import numpy as np
@@ -103,7 +107,8 @@ def main() -> int:
             continue
         model = timm.create_model(name, pretrained=False).eval()
         size = size or model.default_cfg["input_size"][-1]
-        graph = load_graphs({f"timm:{name}@{size}"}).get(f"timm:{name}@{size}") or build_graph(name, (3, size, size))
+        stored = None if args.rebuild else load_graphs({f"timm:{name}@{size}"}).get(f"timm:{name}@{size}")
+        graph = stored or build_graph(name, (3, size, size))
         table = scale_batch(graph, args.batch).table
         predicted = analytical.peak_activations(table, "fp32") - table.input_bytes
         measured = eager_peak_bytes(model, torch.randn(args.batch, 3, size, size))
