@@ -137,14 +137,17 @@ def test_gpu_waits_on_the_host_when_its_operators_are_short():
     assert estimate.energy_j == pytest.approx(small.latency_s * idle_w + small.busy_s.sum() * (gpu.tdp_w - idle_w))
 
 
+class _ReluChain(nn.Module):
+    """Six ReLUs in a row: each output is read once, by the next."""
+
+    def forward(self, x):
+        for _ in range(6):
+            x = torch.relu(x)
+        return x
+
+
 def test_peak_activations_follow_liveness():
     """A chain frees as it goes; a long skip keeps its tensor alive to the end."""
-
-    class Chain(nn.Module):
-        def forward(self, x):
-            for _ in range(6):
-                x = torch.relu(x)
-            return x
 
     class Skip(nn.Module):
         def forward(self, x):
@@ -155,7 +158,7 @@ def test_peak_activations_follow_liveness():
 
     model = AnalyticalCostModel()
     elems = 1024 * 1024
-    chain = model.peak_activations(NodeTable.of(build_graph(Chain(), (elems,), batch=1)), "fp32")
+    chain = model.peak_activations(NodeTable.of(build_graph(_ReluChain(), (elems,), batch=1)), "fp32")
     skip = model.peak_activations(NodeTable.of(build_graph(Skip(), (elems,), batch=1)), "fp32")
     assert chain == 3 * elems * 4  # input + the tensor being read + the one being written
     assert skip > chain
@@ -165,23 +168,17 @@ def test_a_module_call_holds_its_arguments_until_it_returns():
     """``x = self.stages(x)``: the caller's ``x`` keeps the stem's output alive through every stage,
     as PyTorch eager does; without the module call it is freed after its last reader."""
 
-    class Stages(nn.Module):
-        def forward(self, x):
-            for _ in range(6):
-                x = torch.relu(x)
-            return x
-
     class Held(nn.Module):
         def __init__(self):
             super().__init__()
-            self.stages = Stages()
+            self.stages = _ReluChain()
 
         def forward(self, x):
             return self.stages(torch.relu(x))
 
     class Inline(nn.Module):
         def forward(self, x):
-            return Stages.forward(self, torch.relu(x))
+            return _ReluChain.forward(self, torch.relu(x))
 
     model = AnalyticalCostModel()
     elems = 1024 * 1024
