@@ -12,12 +12,12 @@ import hashlib
 import json
 from collections.abc import Iterable
 
-from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.model_graph import EAGER_HOLD, EAGER_INPLACE_OF, ModelGraph, Node
 
 #: Attributes that name a layout or a dtype, or say how long eager keeps an output, rather than
 #: change the computation's structure.
-COSMETIC_ATTRS = frozenset({"data_layout", "kernel_layout", "out_layout", "layout", "out_dtype", "aten", "eager_hold",
-                            "eager_inplace_of"})
+COSMETIC_ATTRS = frozenset({"data_layout", "kernel_layout", "out_layout", "layout", "out_dtype", "aten", EAGER_HOLD,
+                            EAGER_INPLACE_OF})
 
 
 def _digest(payload: object) -> str:
