@@ -121,10 +121,11 @@ class CachingAllocator:
 def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray, casts: np.ndarray,
            workspace: np.ndarray) -> CachingAllocator:
     """The allocator after the resident tensors (workspace, weights, inputs: allocated first, never
-    freed) and one forward pass, in eager's order: operator i makes ``casts[i]`` bytes of cast copies
-    of its inputs, allocates ``outputs[i]`` bytes (where ``free_step[i] >= 0``), then ``workspace[i]``
-    bytes, and frees the copies and the workspace when it ends; an output is freed after the operator
-    ``free_step`` names."""
+    freed) and one forward pass, in eager's order: operator i makes the cast copies of its inputs,
+    ``casts[i]``, allocates ``outputs[i]`` bytes (where ``free_step[i] >= 0``), then its workspace,
+    ``workspace[i]``, and frees the copies and the workspace when it ends; an output is freed after
+    the operator ``free_step`` names. ``casts[i]`` and ``workspace[i]`` are a size or a row of sizes,
+    one per tensor, allocated in turn: how big each tensor is decides which cached block it fits."""
     allocator = CachingAllocator()
     for nbytes in resident:
         if nbytes > 0:
@@ -135,15 +136,17 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1)).tolist()
     held: dict[int, _Block] = {}
     freed_by = order.tolist()
-    for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(), casts.tolist(),
-                                                              workspace.tolist())):
-        temporary = allocator.malloc(copies) if copies > 0 else None
+    copy_rows = np.asarray(casts, dtype=np.float64).reshape(len(outputs), -1).tolist()
+    scratch_rows = np.asarray(workspace, dtype=np.float64).reshape(len(outputs), -1).tolist()
+    for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(), copy_rows,
+                                                              scratch_rows)):
+        temporaries = [allocator.malloc(b) for b in copies if b > 0]
         if owner:
             held[i] = allocator.malloc(size)
-        if scratch > 0:
-            allocator.free(allocator.malloc(scratch))
-        if temporary is not None:
-            allocator.free(temporary)
+        for block in [allocator.malloc(b) for b in scratch if b > 0]:
+            allocator.free(block)
+        for block in temporaries:
+            allocator.free(block)
         for j in freed_by[ends[i]:ends[i + 1]]:
             allocator.free(held.pop(j))
     return allocator

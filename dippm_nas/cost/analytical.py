@@ -137,8 +137,12 @@ BOUNDS = ("compute", "memory", "overhead", "free")
 def sdpa_math(table: NodeTable, half: bool, release: tuple[int, int] | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Per operator, what eager's math attention adds to the fused operator the graph has: bytes
-    moved, kernels and bytes live while it runs (zeros where a fused kernel runs it); and whether it
-    computes in float32. ``release`` is PyTorch's (major, minor), None for the current one."""
+    moved, kernels, the tensors it holds at its peak (one column each, in the order it allocates
+    them: its float32 copies of query, key and value when it upcasts, the scaled query, the raw
+    scores, their softmax, and ``_safe_softmax``'s bool mask and result) and whether it computes in
+    float32; zeros where a fused kernel runs it. ``release`` is PyTorch's (major, minor), None for
+    the current one. The allocator replays the tensors one by one: as one block, a 13-bytes-per-score
+    lump fits none of the segments the scores of the previous attention left behind."""
     scores, q, k, v, out, mask = table.sdpa_math.T
     on = scores > 0
     since = release is None or release >= SDPA_MATH_UPCAST_SINCE
@@ -151,13 +155,12 @@ def sdpa_math(table: NodeTable, half: bool, release: tuple[int, int] | None = No
     moved = scores * per_score + (q + k) * 2 * e  # and the scalings of query and key
     kernels = np.where(on, SDPA_MATH_KERNELS - 1 + mask + (SAFE_SOFTMAX_KERNELS if since else 0)
                        + (UPCAST_KERNELS if upcast else 0), 0.0)
-    # Live at its peak: the raw scores and their softmax (and _safe_softmax's mask and result), the
-    # scaled query; upcast, the float32 copies of query, key and value.
-    live = scores * (2 * e + (1 + e if since else 0)) + q * e
+    copies = (q * 4, k * 4, v * 4) if upcast else ()
+    safe = (scores * 1, scores * e) if since else ()
+    held = np.stack([*copies, q * e, scores * e, scores * e, *safe], axis=1)
     if upcast:
         moved = moved + (q + k + v) * (2 + 4) + out * (4 + 4 + 2)  # upcasts; float32 output, cast back
-        live = live + (q + k + v) * 4
-    return moved, kernels, live, e == 4
+    return moved, kernels, held, e == 4
 
 
 def _peak_live(table: NodeTable, precision: str, casts: np.ndarray, workspace: np.ndarray) -> float:
@@ -170,7 +173,7 @@ def _peak_live(table: NodeTable, precision: str, casts: np.ndarray, workspace: n
     sizes = np.where(owns, table.alloc_bytes[:, half], 0.0)
     freed = np.bincount(table.free_step[owns], weights=sizes[owns], minlength=len(table) + 1)[:len(table)]
     live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
-    return max(inputs, float((live + casts + workspace).max()))
+    return max(inputs, float((live + casts.sum(axis=1) + workspace.sum(axis=1)).max()))
 
 
 def queued_latency(time_s: np.ndarray, host_s: np.ndarray, gpu_scales: np.ndarray) -> np.ndarray:
@@ -294,7 +297,7 @@ class AnalyticalCostModel:
     def transient_bytes(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes each operator holds only while it runs: the cast copies it makes before it allocates
-        its output, and the workspace it allocates after.
+        its output, and the workspace it allocates after (one column per tensor).
 
         Under autocast each convolution or matmul casts its float32 weight to half: in inference mode
         autocast casts the weights again at every call (its cache keeps only casts of tensors that
@@ -304,12 +307,12 @@ class AnalyticalCostModel:
         output). A tensor-core convolution on NCHW half activations holds cuDNN's NHWC copy of its
         input. Eager's math attention holds its float32 scores and copies (:func:`sdpa_math`)."""
         half = precision in HALF_PRECISIONS
-        workspace = sdpa_math(table, half, release)[2]
+        held = sdpa_math(table, half, release)[2]
         if not half:
-            return np.zeros(len(table)), workspace
-        casts = np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0) + table.autocast_copy_bytes
-        workspace = workspace + table.nchw_transposed_numel * 2.0
-        return casts, workspace
+            return np.zeros((len(table), 1)), held
+        weight = np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0)
+        return (np.column_stack([weight, table.autocast_copy_bytes]),
+                np.column_stack([table.nchw_transposed_numel * 2.0, held]))
 
     def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""

@@ -74,6 +74,20 @@ def test_replay_frees_each_output_after_its_last_reader():
     assert replay([], outputs, free_step, none, ten).peak_reserved == 34 * MIB
 
 
+def test_a_workspace_of_several_tensors_is_replayed_tensor_by_tensor():
+    # math attention's scores, softmax and mask are tensors of their own: the next attention's fit
+    # in the segments the last one's left behind, where their sum as one block would need a new one
+    outputs, free_step = np.zeros(2), np.full(2, -1)
+    none = np.zeros((2, 1))
+    rows = np.full((2, 2), 12.0 * MIB)
+    assert replay([], outputs, free_step, none, rows).peak_reserved == 24 * MIB
+    lumped = np.array([[12.0 * MIB, 12.0 * MIB], [24.0 * MIB, 0.0]])
+    assert replay([], outputs, free_step, none, lumped).peak_reserved == 48 * MIB
+    # cast copies likewise: two 12 MiB copies fit where the two 12 MiB tensors of a workspace were
+    assert replay([], outputs, free_step, rows[::-1] * [[0, 0], [1, 1]], rows * [[1, 1], [0, 0]]
+                  ).peak_reserved == 24 * MIB
+
+
 @pytest.mark.parametrize("batch", [1, 64])
 def test_memory_is_context_plus_the_replayed_peak(batch):
     mlp = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
