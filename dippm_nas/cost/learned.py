@@ -3,8 +3,9 @@
 It answers only where it was trained: a device and precision in its card. Elsewhere it raises
 :class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so.
 Latency is learned on every device of the card; energy and memory only on the devices where the
-harness measured them (the card's ``target_devices``). Elsewhere energy is the analytical power times
-the learned time and memory the analytical liveness model, and the cost-model label says which.
+harness measured them, and only where the training configuration applies their correction (the
+card's ``target_devices``). Elsewhere energy is the analytical power times the learned time and memory
+the analytical liveness model, and the cost-model label says which.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class Card:
     devices: tuple[str, ...]
     precisions: tuple[str, ...]
     families: frozenset[str]
-    #: The devices whose records had each target: the learned energy and memory hold only there.
+    #: The devices whose records had each target the model corrects (TrainConfig.corrected_targets):
+    #: the learned energy and memory hold only there.
     target_devices: dict[str, tuple[str, ...]]
     #: Per device, the newest PyTorch among its records: a prediction is for that runtime.
     torch_versions: dict[str, str]
@@ -74,7 +76,7 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
     save_file({k: v.contiguous() for k, v in fitted.model.state_dict().items()}, str(path.with_suffix(".safetensors")))
     records = [ts.records[i] for i in trained_on]
     target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
-                      for i, t in enumerate(TARGETS)}
+                      for i, t in enumerate(TARGETS) if t in fitted.config.corrected_targets}
     batches, counts = np.unique([r.batch for r in records], return_counts=True)
     card = {
         "config": vars(fitted.config), "static_features": ts.static_names,

@@ -91,6 +91,9 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load, save
     from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, log_latency
     from dippm_nas.hardware import get_device
+    from dataclasses import replace
+
+    from dippm_nas.cost.pmgns import TARGETS
     from dippm_nas.training.train import TrainConfig, fit, predict_targets
 
     ts = small_training_set
@@ -136,15 +139,27 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert single == pytest.approx(float(predict_targets(a, ts, np.array([i]))[0, 0]), rel=1e-4)
     with pytest.raises(NotCovered, match="not a100-40gb"):
         learned.estimate(graph, get_device("a100-40gb"), "fp16")
-    # energy and memory are learned only on the devices whose records had them
+    # energy and memory are learned only on the devices whose records had them, and memory's correction
+    # only where the configuration applies it (by default it does not: the analytical estimate stays)
     everything = np.arange(len(ts.records))
     save(a, ts, everything, tmp_path / "all", {})
     card = PMGNSCostModel(tmp_path / "all").card
-    assert card.target_devices["energy_j"] == card.target_devices["memory_mb"] == ("h100-sxm",)
+    assert card.target_devices["energy_j"] == ("h100-sxm",) and "memory_mb" not in card.target_devices
     assert set(card.target_devices["latency_ms"]) == {r.device for r in ts.records}
     on_h100 = PMGNSCostModel(tmp_path / "all").estimate(graph, get_device("h100-sxm"), "fp16")
-    assert "energy learned" in on_h100.cost_model and "memory learned" in on_h100.cost_model
+    assert "energy learned" in on_h100.cost_model and "memory analytical" in on_h100.cost_model
     assert "memory analytical" in est.cost_model and "analytical power x learned time" in est.cost_model
+    assert pa[:, 2] == pytest.approx(ts.analytical[split.test, 2])
+    every = predict_targets(a, ts, split.test, every_correction=True)
+    assert every[:, :2] == pytest.approx(pa[:, :2]) and not np.allclose(every[:, 2], pa[:, 2])
+    corrects_all = replace(a, config=replace(a.config, corrected_targets=TARGETS))
+    save(corrects_all, ts, everything, tmp_path / "all", {})
+    load.cache_clear()
+    learned_all = PMGNSCostModel(tmp_path / "all")
+    assert learned_all.card.target_devices["memory_mb"] == ("h100-sxm",)
+    assert "memory learned" in learned_all.estimate(graph, get_device("h100-sxm"), "fp16").cost_model
+    with pytest.raises(ValueError, match="corrected_targets"):
+        TrainConfig(corrected_targets=("memory_mb",))
     with pytest.raises(NotCovered, match="not fp32"):
         learned.estimate(graph, get_device("rtx4090"), "fp32")
     assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
@@ -211,7 +226,7 @@ def test_fused_convolutions_give_the_plain_networks_prediction():
 
 
 def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training_set, tmp_path):
-    from dippm_nas.training.evaluate import evaluate
+    from dippm_nas.training.evaluate import UNAPPLIED, evaluate
     from dippm_nas.training.train import TrainConfig
 
     shipped = []
@@ -227,12 +242,17 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
         for m in split["metrics"].values():
             assert m["mape_interval"][0] <= m["mape_interval"][1] and m["tau_interval"][0] <= m["tau_interval"][1]
     assert set(results["comparison"]["random"]) == {"sage", "gcn", "gat", "gin", "mlp"}
-    # energy and memory, where a split's test set has the harness's records: PMGNS beside the analytical model
+    # energy and memory, where a split's test set has the harness's records: PMGNS beside the analytical model,
+    # and for memory, whose correction the configuration does not apply, what that correction would give
     with_energy = [name for name, split in results["splits"].items() if "energy_j" in split]
     assert with_energy
     for name in with_energy:
+        assert set(results["splits"][name]["energy_j"]) == {"PMGNS (GraphSAGE)", "analytical"}
+        memory = results["splits"][name]["memory_mb"]
+        assert set(memory) == {"PMGNS (GraphSAGE)", "analytical", UNAPPLIED}
+        assert memory["PMGNS (GraphSAGE)"] == memory["analytical"] != memory[UNAPPLIED]
+        assert f"| {name} | memory_mb | {UNAPPLIED} |" in report
         for target in ("energy_j", "memory_mb"):
-            assert set(results["splits"][name][target]) == {"PMGNS (GraphSAGE)", "analytical"}
             assert f"| {name} | {target} | PMGNS (GraphSAGE) |" in report
             assert (tmp_path / "accuracy" / f"{target.split('_')[0]}_{name.replace('->', '_to_')}.png").stat().st_size > 0
     # the random split's model is shipped once, with what the configuration does on unseen families
