@@ -136,17 +136,25 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1)).tolist()
     held: dict[int, _Block] = {}
     freed_by = order.tolist()
-    copy_rows = np.asarray(casts, dtype=np.float64).reshape(len(outputs), -1).tolist()
-    scratch_rows = np.asarray(workspace, dtype=np.float64).reshape(len(outputs), -1).tolist()
-    for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(), copy_rows,
-                                                              scratch_rows)):
-        temporaries = [allocator.malloc(b) for b in copies if b > 0]
+    for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(),
+                                                              _tensors(casts, len(outputs)),
+                                                              _tensors(workspace, len(outputs)))):
+        temporaries = [allocator.malloc(b) for b in copies] if copies else ()
         if owner:
             held[i] = allocator.malloc(size)
-        for block in [allocator.malloc(b) for b in scratch if b > 0]:
-            allocator.free(block)
+        if scratch:
+            for block in [allocator.malloc(b) for b in scratch]:
+                allocator.free(block)
         for block in temporaries:
             allocator.free(block)
         for j in freed_by[ends[i]:ends[i + 1]]:
             allocator.free(held.pop(j))
     return allocator
+
+
+def _tensors(sizes: np.ndarray, n: int) -> list[tuple[float, ...]]:
+    """Per operator, the sizes of its tensors that are not empty (most operators have none)."""
+    rows = np.asarray(sizes, dtype=np.float64).reshape(n, -1)
+    rows = rows[:, (rows > 0).any(axis=0)]
+    return [tuple(b for b in row if b > 0) if some else () for row, some in
+            zip(rows.tolist(), (rows > 0).any(axis=1).tolist())]
