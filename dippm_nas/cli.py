@@ -167,7 +167,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if not os.path.exists(args.manifest):
         raise DippmError(f"no manifest at {args.manifest}; write one with `dippm-nas manifest --out {args.manifest}`.")
     try:
-        run(read_manifest(args.manifest), args.out, args.device, args.budget_s, args.by)
+        run(read_manifest(args.manifest), args.out, args.device, args.budget_s, args.by,
+            what="kernels" if args.kernels else "latency")
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
     return 0
@@ -316,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the harness (default: cuda)")
     me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
     me.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
+    me.add_argument("--kernels", action="store_true",
+                    help="profile instead (torch.profiler): one row per ATen operator and per GPU kernel with its "
+                         "calls and self time per iteration, to a file of its own, e.g. "
+                         "data/measurements/kernels/h100.csv (never among the latency rows)")
     me.set_defaults(func=cmd_measure)
     rp = sub.add_parser("report", help="a self-contained HTML report of a study: Pareto fronts, table, history")
     rp.add_argument("--storage", required=True, help="Optuna storage URL, e.g. sqlite:///nas.db or postgresql://...")

@@ -17,6 +17,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ import torch
 from dippm_nas.errors import one_line
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.energy import EnergyMeter
-from dippm_nas.measure.environment import Environment, describe, nvml, utc_now
+from dippm_nas.measure.environment import PROTOCOL, Environment, describe, nvml, utc_now
 from dippm_nas.measure.timing import Timer, time_steps
 
 MIB = 2**20
@@ -48,14 +49,15 @@ def measured_keys(path: Path) -> set[str]:
         return {row["key"] for row in csv.DictReader(fh) if row.get("key")}
 
 
-def append_row(path: Path, row: dict[str, object]) -> None:
+def append_rows(path: Path, rows: list[dict[str, object]], columns: list[str] = COLUMNS) -> None:
+    """Appends one configuration's rows and syncs them to disk before the next configuration starts."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
     with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer = csv.DictWriter(fh, fieldnames=columns)
         if new:
             writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        writer.writerows({k: row.get(k, "") for k in columns} for row in rows)
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -112,6 +114,27 @@ def context_memory_mib(device_kind: str) -> float | None:
     return (after - before - torch.cuda.memory_reserved()) / MIB
 
 
+def model_input(cfg: MeasureConfig, device_kind: str, device: torch.device
+                ) -> tuple[torch.Tensor, contextlib.AbstractContextManager]:
+    """A random input batch in the configuration's layout, and the autocast its precision runs under."""
+    x = torch.randn(cfg.batch, *cfg.input_shape, device=device)
+    if cfg.layout == "nhwc":
+        x = x.to(memory_format=torch.channels_last)
+    autocast = (torch.autocast(device_kind, dtype=_AUTOCAST[cfg.precision])
+                if cfg.precision in _AUTOCAST else contextlib.nullcontext())
+    return x, autocast
+
+
+def configuration_row(cfg: MeasureConfig) -> dict[str, object]:
+    return {"key": cfg.key, "model": cfg.model, "source": cfg.source, "family": cfg.family,
+            "input_shape": "x".join(map(str, cfg.input_shape)), "batch": cfg.batch,
+            "precision": cfg.precision, "layout": cfg.layout}
+
+
+def failure_status(exc: BaseException) -> dict[str, object]:
+    return {"status": "oom" if _is_oom(exc) else "error", "error": one_line(exc)}
+
+
 def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
@@ -119,22 +142,14 @@ def _is_oom(exc: BaseException) -> bool:
 def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
                 models: ModelOnDevice) -> dict[str, object]:
     device = models.device
-    row: dict[str, object] = {
-        "key": cfg.key, "model": cfg.model, "source": cfg.source, "family": cfg.family,
-        "input_shape": "x".join(map(str, cfg.input_shape)), "batch": cfg.batch,
-        "precision": cfg.precision, "layout": cfg.layout, "memory_context_mib": context_mib,
-    }
+    row = {**configuration_row(cfg), "memory_context_mib": context_mib}
     model = x = None
     try:
         model = models(cfg)
         if env.device_kind == "cuda":  # the peak from here on: the resident weights, the input, the run
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        x = torch.randn(cfg.batch, *cfg.input_shape, device=device)
-        if cfg.layout == "nhwc":
-            x = x.to(memory_format=torch.channels_last)
-        autocast = (torch.autocast(env.device_kind, dtype=_AUTOCAST[cfg.precision])
-                    if cfg.precision in _AUTOCAST else contextlib.nullcontext())
+        x, autocast = model_input(cfg, env.device_kind, device)
         meter = EnergyMeter() if env.device_kind == "cuda" else None
         with torch.inference_mode(), autocast:
             def step() -> object:
@@ -155,7 +170,7 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
         else:
             row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     except Exception as exc:  # an out-of-memory or a model that fails is a result to record
-        row.update(status="oom" if _is_oom(exc) else "error", error=one_line(exc))
+        row.update(failure_status(exc))
         models.drop()
     finally:
         del model, x
@@ -165,13 +180,50 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
     return row
 
 
+def _check_header(path: Path, columns: list[str], what: str) -> None:
+    """Rows of one kind per file: appending others would corrupt what is there."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open(newline="") as fh:
+        header = next(csv.reader(fh), [])
+    if header != columns:
+        raise RuntimeError(f"{path} holds rows of another kind than {what!r} (its columns differ); "
+                           "give --out a file of its own")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One kind of row the harness writes per configuration: its columns, protocol and how it is taken."""
+
+    columns: list[str]
+    protocol: str
+    take: Callable[[MeasureConfig, Environment, float | None, ModelOnDevice], list[dict[str, object]]]
+    summary: Callable[[list[dict[str, object]]], str]  # the progress line's verdict
+
+
+def _latency_summary(rows: list[dict[str, object]]) -> str:
+    latency = rows[0].get("latency_ms_median")
+    return f"{rows[0]['status']} " + (f"{latency:.3f} ms" if isinstance(latency, float) else str(rows[0].get("error", "")))
+
+
+#: What ``run`` can measure, by name (``dippm_nas.measure.kernels`` adds "kernels").
+MEASUREMENTS: dict[str, Measurement] = {
+    "latency": Measurement(COLUMNS, PROTOCOL, lambda *args: [measure_one(*args)], _latency_summary),
+}
+
+
 def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "cuda",
         budget_s: float | None = None, measured_by: str = "dippm-nas harness",
-        progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> int:
+        progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+        what: str = "latency") -> int:
     """Measure what ``out`` does not hold yet; returns how many configurations were measured."""
+    if what not in MEASUREMENTS:
+        raise ValueError(f"unknown measurement {what!r}; known: {', '.join(MEASUREMENTS)}")
     if device_kind == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the harness")
+    measurement = MEASUREMENTS[what]
     out = Path(out)
+    _check_header(out, measurement.columns, what)
     done = measured_keys(out)
     todo = [c for c in configs if c.key not in done]
     progress(f"{len(done)} configurations already in {out}; {len(todo)} to measure")
@@ -186,11 +238,10 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
             progress(f"budget of {budget_s:.0f} s reached after {i - 1} configurations; rerun to continue")
             return i - 1
         began = time.monotonic()
-        row = measure_one(cfg, env, context, models)
-        row.update(env.as_row(), measured_by=measured_by, date=utc_now())
-        append_row(out, row)
+        rows = measurement.take(cfg, env, context, models)
+        for row in rows:
+            row.update(env.as_row(), protocol=measurement.protocol, measured_by=measured_by, date=utc_now())
+        append_rows(out, rows, measurement.columns)
         longest = max(longest, time.monotonic() - began)
-        latency = row.get("latency_ms_median")
-        progress(f"[{i}/{len(todo)}] {cfg.key}: {row['status']}"
-                 + (f" {latency:.3f} ms" if isinstance(latency, float) else f" {row.get('error', '')}"))
+        progress(f"[{i}/{len(todo)}] {cfg.key}: {measurement.summary(rows)}")
     return len(todo)

@@ -118,3 +118,26 @@ def test_manifest_from_records_reuses_their_models_and_sizes(tmp_path):
     # model after model, small batch first: the harness builds each model once
     assert [c.batch for c in configs] == [1, 32, 1, 32] and configs[0].model == configs[1].model
     assert [c.key for c in configs] == [c.key for c in records_manifest(records, 0, 1, (32, 1), ("fp16",))]
+
+
+def test_kernel_profile_rows_name_each_operator_once_per_call(tmp_path):
+    out = tmp_path / "kernels.csv"
+    configs = [MeasureConfig("tiny_models:tiny", (3, 16, 16), batch=2, source="callable"),
+               MeasureConfig("tiny_models:tiny_oom_from_8", (3, 16, 16), batch=8, source="callable")]
+    assert run(configs, out, device_kind="cpu", what="kernels", progress=lambda _: None) == 2
+    rows = _rows(out)
+    ok = {r["name"]: r for r in rows if r["key"] == configs[0].key}
+    # the forward's own operators, each called once per iteration, with the host time it took itself
+    for name in ("aten::conv2d", "aten::relu", "aten::mean"):
+        assert ok[name]["kind"] == "operator" and float(ok[name]["calls"]) == 1.0, ok.get(name)
+        assert float(ok[name]["cpu_us"]) >= 0 and ok[name]["iterations"] == "10"
+    assert "[2, 3, 16, 16]" in ok["aten::conv2d"]["input_shapes"]
+    assert all(r["status"] == "ok" and r["protocol"].startswith("dippm-nas-kernels-v1") and r["torch"]
+               for r in ok.values())
+    failed = [r for r in rows if r["key"] == configs[1].key]
+    assert len(failed) == 1 and failed[0]["status"] == "oom" and not failed[0]["kind"]
+    # a rerun profiles nothing new; latency rows never go into a file of kernel rows
+    assert run(configs, out, device_kind="cpu", what="kernels", progress=lambda _: None) == 0
+    with pytest.raises(RuntimeError, match="another kind"):
+        run(_configs(1), out, device_kind="cpu", progress=lambda _: None)
+    assert _rows(out) == rows
