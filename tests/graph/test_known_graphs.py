@@ -206,6 +206,33 @@ def test_hard_activations_norm_and_roll_are_one_kernel_each_as_in_pytorch():
     assert g.nodes[roll].outputs[0].shape == (2, 8, 8, 8)
 
 
+class OutlookUnfoldFold(nn.Module):
+    """VOLO's outlook attention in small: values unfolded into 3x3 patches, weighted, folded back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.v = nn.Conv2d(8, 8, 1)
+        self.unfold = nn.Unfold(3, padding=1, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        patches = self.unfold(self.v(x)) * 2.0
+        return nn.functional.fold(patches, output_size=(8, 8), kernel_size=3, padding=1, stride=2)
+
+
+def test_unfold_and_fold_are_one_kernel_each_in_their_inputs_precision():
+    """Decomposed, F.unfold is a padded copy, a gather and a copy, and F.fold a scatter into a float32
+    zero buffer and a crop; eager runs im2col and col2im, one kernel each, in the input's dtype."""
+    g = build_graph(OutlookUnfoldFold(), (8, 8, 8), batch=2)
+    assert [n.kind for n in g.nodes] == ["conv2d", "im2col", "multiply", "col2im"] and not g.warnings
+    im2col, col2im = g.nodes[1], g.nodes[3]
+    assert im2col.outputs[0].shape == (2, 8 * 9, 16) and col2im.outputs[0].shape == (2, 8, 8, 8)
+    assert im2col.flops == 0 and col2im.flops == 2 * 8 * 9 * 16  # col2im adds each patch element in
+    table = NodeTable.of(g)
+    assert (table.kernels[1:] == 1).all()
+    # under autocast they stay in the convolution's half precision: 2 bytes per element
+    assert table.alloc_bytes[1, 1] == 2 * 72 * 16 * 2 and table.alloc_bytes[3, 1] == 2 * 8 * 8 * 8 * 2
+
+
 class HeadsByPermute(nn.Module):
     """Attention as timm writes it where it does not fuse: heads split by a permute, then matmuls."""
 
