@@ -1,7 +1,8 @@
 """How well the graph's liveness matches what PyTorch eager keeps alive, checked on this machine's CPU.
 
 The analytical memory model frees each output after its last reader or, where the torch frontend
-saw a module call holding it as an argument, once that call returns (``eager_hold``). This runs
+saw a module call holding it as an argument or a local variable holding it, once that call returns or
+the variable lets it go (``eager_hold``). This runs
 each model eagerly on the CPU at float32 with random weights, counts the bytes of every tensor an
 ATen operator returns until Python drops its last reference (a ``TorchDispatchMode``; views share
 their base's storage), and prints eager's peak over the model's peak of live activations (input
@@ -9,7 +10,9 @@ excluded, both at float32, no autocast, so only liveness differs), per model and
 
 It needs no GPU: the CPU's own kernels' scratch memory is not counted, only the tensors Python
 sees, which are what the liveness rules are about. Eager's math attention on the GPU is not the
-CPU's fused kernel, so attention-heavy models read low here (NesT, SAM).
+CPU's fused kernel, so attention-heavy models read low here (NesT, SAM), and so does a model whose
+operators copy a strided input inside the kernel (CaiT's softmax over a permuted tensor: the graph
+counts that copy, as the GPU's caching allocator holds it, but Python never sees it).
 
     python benchmarks/eager_liveness.py                         # the models our H100 harness measured
     python benchmarks/eager_liveness.py --models resnet50 nasnetalarge --batch 4

@@ -29,8 +29,8 @@ input that cuDNN runs before it.
 Memory is the CUDA context and the peak of the segments PyTorch's caching allocator reserves when it
 serves the library workspace, the weights, the inputs and then the operators' outputs and transient
 buffers in execution order (:mod:`dippm_nas.cost.allocator`), each output freed when eager frees it:
-after its last reader or, when a module call it was passed into is still running, once that call
-returns (``NodeTable.free_step``).
+after its last reader or, when a module call it was passed into or a local variable still holds it,
+once eager drops that reference (``NodeTable.free_step``).
 
 Everything is computed over the columns of a :class:`~dippm_nas.graph.table.NodeTable` (one pass over
 the operators), so the learned model, which needs this estimate for every prediction, stays fast.

@@ -8,17 +8,18 @@ its output shape, with a warning, rather than a failed conversion.
 Parameters are never read: they stay inputs of the Relax function (shape and dtype only), so a
 model built on the ``meta`` device converts without a byte of weights.
 
-Eager PyTorch frees a tensor only when Python drops its last reference, and a module's caller holds
-the arguments it passed until the call returns (``x = self.stem(x); x = self.stages(x)`` keeps the
-stem's output through every stage). torch.export records the module calls each operator ran in
-(``nn_module_stack``); :func:`eager_holds` reads them, and the Relax function carries the result as
-its ``eager_holds`` attribute for :func:`~dippm_nas.graph.from_relax.relax_to_graph`, with the
-operators eager ran in place (``eager_inplace``), whose output is their input's storage.
+Eager PyTorch frees a tensor only when Python drops its last reference, which can be long after its
+last reader (a module call's argument, a local variable):
+:func:`~dippm_nas.frontends._eager_liveness.eager_holds` reads that from torch.export's records, and
+the Relax function carries the result as its ``eager_holds`` attribute for
+:func:`~dippm_nas.graph.from_relax.relax_to_graph`, with the operators eager ran in place
+(``eager_inplace``), whose output is their input's storage.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import warnings
 
@@ -28,6 +29,7 @@ from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from dippm_nas.errors import ExportError, one_line
+from dippm_nas.frontends._eager_liveness import eager_holds
 from dippm_nas.graph import ops
 from dippm_nas.graph.from_relax import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, generic_call
 from dippm_nas.inputs import InputSpec
@@ -105,15 +107,23 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
 
     def _held_vars(self, nodes: list[fx.Node], holds: dict[fx.Node, fx.Node]) -> dict[str, str]:
         """The holds by the names of the Relax variables the FX nodes became; a call that ends in an
-        FX node without a variable of its own (a tuple's item) ends at the last variable before it."""
+        FX node without a variable of its own (a tuple's item) ends at the last variable before it,
+        and FX nodes that became one variable (an identity, such as dropout in eval) keep the latest end."""
         last_var: dict[fx.Node, str] = {}
+        order: dict[str, int] = {}
         name = ""
         for node in nodes:
             value = self.env.get(node)
             name = value.name if isinstance(value, relax.Var) else name
             last_var[node] = name
-        return {value.name: last_var[end] for held, end in holds.items()
-                if isinstance(value := self.env.get(held), relax.Var) and last_var[end]}
+            order.setdefault(name, len(order))
+        held: dict[str, str] = {}
+        for node, end in holds.items():
+            value = self.env.get(node)
+            if isinstance(value, relax.Var) and last_var[end] and \
+                    order[last_var[end]] > order[held.get(value.name, value.name)]:
+                held[value.name] = last_var[end]
+        return held
 
     def _guarded(self, op: str, converter):
         fallback = _generic_converter(op)
@@ -146,35 +156,6 @@ def _in_place(node: fx.Node) -> bool:
     return name.endswith("_") and not name.startswith("_")
 
 
-def eager_holds(nodes: list[fx.Node]) -> dict[fx.Node, fx.Node]:
-    """For each operator's output passed as an argument into a module call that ends after its last
-    reader, the last operator of the outermost such call: eager keeps the output until then.
-
-    A call is a maximal run of consecutive operators whose module stacks hold its key. Only the
-    arguments' references are counted; a local variable a forward keeps past its last use (a
-    ``shortcut``) is not, nor a call of a plain function."""
-    calls = [n for n in nodes if n.op == "call_function"]
-    position = {n: i for i, n in enumerate(calls)}
-    started: list[dict[str, int]] = []  # per operator: the position each enclosing call started at
-    ends: dict[tuple[str, int], int] = {}
-    for i, node in enumerate(calls):
-        before = started[-1] if started else {}
-        here = {key: before.get(key, i) for key in (node.meta.get("nn_module_stack") or {})}
-        started.append(here)
-        for key, start in here.items():
-            ends[(key, start)] = i
-    held: dict[fx.Node, int] = {}
-    for i, node in enumerate(calls):
-        for arg in node.all_input_nodes:
-            made = position.get(arg)
-            if made is None:
-                continue
-            end = max((ends[(key, start)] for key, start in started[i].items() if start > made), default=i)
-            if end > i and end > held.get(arg, made):
-                held[arg] = end
-    return {node: calls[end] for node, end in held.items()}
-
-
 def _op_name(node: fx.Node) -> str:
     return node.target.__name__  # type: ignore[union-attr]
 
@@ -199,12 +180,33 @@ def module_device(module: torch.nn.Module) -> torch.device:
     return torch.device("meta")
 
 
+def _keep_method_frames(module: torch.nn.Module) -> None:
+    """Non-strict export records only the stack frames of functions named ``forward``
+    (``TracerBase._filter_traceback_frames``), but a module's other methods bind locals too: NASNet's
+    ``forward_features`` keeps every cell's output in a local of its own until it returns. PyTorch's
+    registry of stack-trace anchors (private: where it is missing, only ``forward`` frames are read)
+    keeps the frames of the methods each module class of the model defines itself."""
+    from torch.fx import proxy
+
+    register = getattr(proxy, "_register_stack_trace_anchor", None)
+    if register is None:
+        return
+    for cls in {type(m) for m in module.modules()}:
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("torch."):
+                break
+            for value in vars(klass).values():
+                if inspect.isfunction(value) and value.__name__ != "forward":
+                    register(value)
+
+
 def export(module: torch.nn.Module, inputs: InputSpec, batch: int, name: str) -> torch.export.ExportedProgram:
     args = example_inputs(inputs, batch, module_device(module))
     shapes = ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
+            _keep_method_frames(module)
             return torch.export.export(module.eval(), args, strict=False)
     except Exception as exc:  # torch raises many types for a model that rejects its inputs
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

@@ -12,7 +12,7 @@ materialised converts in milliseconds. Three rules keep the graph close to what 
 
 It also follows each activation's memory layout, to add the copies PyTorch eager makes where a
 view is impossible (:mod:`dippm_nas.graph.eager_layout`), and, where a frontend knows it (the torch
-frontend's module calls), how long eager keeps an output past its last reader: the node's
+frontend's module calls and local variables), how long eager keeps an output past its last reader: the node's
 ``eager_hold`` attribute, in steps after its own.
 """
 

@@ -20,8 +20,9 @@ DTYPE_BYTES: dict[str, int] = {
     "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
-#: A node attribute: for how many steps after its own PyTorch eager keeps the node's output (its
-#: caller holds it as an argument of a module call still running); set by the torch frontend.
+#: A node attribute: for how many steps after its own PyTorch eager keeps the node's output (a module
+#: call still running holds it as an argument, or a local variable of a function still running does);
+#: set by the torch frontend.
 EAGER_HOLD = "eager_hold"
 #: A node attribute: the node ran in place in eager (``relu_``, ``add_``), so its output is the storage
 #: of its first input, made this many steps before; set by the torch frontend.

@@ -281,9 +281,10 @@ register_aten("roll.default", "roll", "movement", _zero, kept_whole=True)
 # F.unfold and F.fold (VOLO's outlook attention, TNT's pixel embedding) are one ATen kernel each in
 # eager, in their input's dtype; decomposed they become a padded copy, a gather and a copy (im2col), and
 # a scatter into a float32 zero buffer and a crop (col2im): three extra full-size tensors and a float32
-# one where eager makes one tensor of its input's precision. col2im sums the patches that overlap.
-register_aten("im2col.default", "im2col", "movement", _zero, kept_whole=True)
-register_aten("col2im.default", "col2im", "movement", _per_input, kept_whole=True)
+# one where eager makes one tensor of its input's precision. Kept whole, they read as the gather and the
+# scatter-add they are (kinds PMGNS has seen in other families); col2im sums the patches that overlap.
+register_aten("im2col.default", "index_tensor", "movement", _zero, kept_whole=True)
+register_aten("col2im.default", "index_put", "movement", _per_input, kept_whole=True)
 # TVM reads clone and contiguous as the identity. Eager's clone copies into a new (contiguous) layout;
 # contiguous is a view where its input is contiguous and a copy where not (graph.eager_layout adds it).
 register_aten("clone.default", "layout_transform", "movement", _zero, kept_whole=True)

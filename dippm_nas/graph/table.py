@@ -306,8 +306,8 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
 def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
     """Liveness as PyTorch eager sees it: a view shares its input's allocation, and so does an
     operator eager runs in place (``eager_inplace_of``, where the frontend knows it); an allocation is
-    freed after the last operator that reads it (or any view of it) or, later, once the module call it
-    was passed into returns (a node's ``eager_hold``), outputs of the model at the end, and one nobody
+    freed after the last operator that reads it (or any view of it) or, later, once eager drops its last
+    reference (a node's ``eager_hold``: a module call's argument, a local variable), outputs of the model at the end, and one nobody
     reads right after it is written. -1 marks a node without an allocation of its own."""
     n = len(graph.nodes)
     src, dst = graph.edge_array.T

@@ -191,6 +191,92 @@ def test_a_module_call_holds_its_arguments_until_it_returns():
     assert held == 4 * elems * 4  # and the stem's output
 
 
+def test_a_local_variable_holds_its_value_until_bound_again_or_returned():
+    """NASNet's cells keep every branch in a local variable: eager frees it when the forward returns
+    (or binds the name again), not after its last reader."""
+
+    class Cell(nn.Module):
+        def forward(self, x):
+            left = torch.relu(x)
+            right = torch.sigmoid(left)
+            total = right * 2
+            total = total + 1
+            return torch.tanh(total)
+
+    elems = 1024 * 1024
+    graph = build_graph(Cell(), (elems,), batch=1)
+    left, right, doubled, summed, _ = graph.nodes
+    assert (left.attrs[EAGER_HOLD], right.attrs[EAGER_HOLD]) == (4, 3)  # until tanh, the forward's last
+    assert doubled.attrs[EAGER_HOLD] == 1  # bound again by ``total = total + 1``
+    # input, left, right and both totals while the second is written (or the last total and tanh)
+    assert AnalyticalCostModel().peak_activations(NodeTable.of(graph), "fp32") == 5 * elems * 4
+
+
+def test_locals_of_a_method_other_than_forward_are_held_too():
+    """Non-strict export keeps only ``forward`` frames in its stack traces; NASNet binds every cell's
+    output to a local of ``forward_features``, alive until it returns. ``a, b = ...`` binds both names
+    again (TNT's blocks), which ends the holds of what they were bound to before."""
+
+    class Cell(nn.Module):
+        def forward(self, a, b):
+            return torch.relu(a) + b
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell_0, self.cell_1, self.cell_2 = Cell(), Cell(), Cell()
+
+        def forward_features(self, x):
+            x_cell_0 = self.cell_0(x, x)
+            x_cell_1 = self.cell_1(x_cell_0, x)
+            x_cell_2 = self.cell_2(x_cell_1, x_cell_1)
+            return torch.tanh(x_cell_2)
+
+        def pair(self, x):
+            first = torch.sigmoid(x)
+            second = torch.exp(x)
+            first, second = second * 2, first * 3
+            return torch.cos(first + second)
+
+        def forward(self, x):
+            return self.pair(self.forward_features(x))
+
+    graph = build_graph(Net(), (1024,), batch=1)
+    kinds = [n.kind for n in graph.nodes]
+    add = [i for i, k in enumerate(kinds) if k == "add"]
+    tanh = kinds.index("tanh")
+    # x_cell_0 lives through cell_2 (it was last read by cell_1) until forward_features returns
+    assert add[0] + graph.nodes[add[0]].attrs[EAGER_HOLD] == tanh
+    sigmoid, exp = kinds.index("sigmoid"), kinds.index("exp")
+    tripled = len(kinds) - 1 - kinds[::-1].index("multiply")
+    # held until ``first, second = ...`` binds them again, not until ``pair`` returns
+    assert sigmoid + graph.nodes[sigmoid].attrs[EAGER_HOLD] == tripled
+    assert exp + graph.nodes[exp].attrs[EAGER_HOLD] == tripled
+
+
+def test_a_hold_survives_an_identity_operator():
+    """Dropout in eval is the identity, so its output and its input are one Relax variable: the longer
+    of their holds (here, the stages' argument) is the one kept."""
+
+    class Stages(nn.Module):
+        def forward(self, x):
+            for _ in range(4):
+                x = torch.relu(x)
+            return x
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop, self.stages = nn.Dropout(0.1), Stages()
+
+        def forward(self, x):
+            x = self.drop(torch.sigmoid(x))
+            return self.stages(x)
+
+    graph = build_graph(Model().eval(), (1024,), batch=1)
+    assert graph.nodes[0].kind == "sigmoid" and graph.nodes[0].attrs[EAGER_HOLD] == len(graph.nodes) - 1
+
+
 def test_an_operator_eager_runs_in_place_writes_into_its_input():
     """``nn.ReLU(inplace=True)`` allocates nothing: its output is its input's storage, live until the
     last reader of either."""

@@ -223,8 +223,9 @@ def test_unfold_and_fold_are_one_kernel_each_in_their_inputs_precision():
     """Decomposed, F.unfold is a padded copy, a gather and a copy, and F.fold a scatter into a float32
     zero buffer and a crop; eager runs im2col and col2im, one kernel each, in the input's dtype."""
     g = build_graph(OutlookUnfoldFold(), (8, 8, 8), batch=2)
-    assert [n.kind for n in g.nodes] == ["conv2d", "im2col", "multiply", "col2im"] and not g.warnings
+    assert [n.kind for n in g.nodes] == ["conv2d", "index_tensor", "multiply", "index_put"] and not g.warnings
     im2col, col2im = g.nodes[1], g.nodes[3]
+    assert (im2col.attrs["aten"], col2im.attrs["aten"]) == ("im2col.default", "col2im.default")
     assert im2col.outputs[0].shape == (2, 8 * 9, 16) and col2im.outputs[0].shape == (2, 8, 8, 8)
     assert im2col.flops == 0 and col2im.flops == 2 * 8 * 9 * 16  # col2im adds each patch element in
     table = NodeTable.of(g)

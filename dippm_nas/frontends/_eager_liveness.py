@@ -1,0 +1,148 @@
+"""When PyTorch eager frees each operator's output, read from what torch.export recorded.
+
+Eager frees a tensor only when Python drops its last reference, not after its last reader. Two kinds
+of reference outlive the reader:
+
+- an argument of a module call: the caller holds it until the call returns
+  (``x = self.stem(x); x = self.stages(x)`` keeps the stem's output through every stage), read from
+  the module calls each operator ran in (``nn_module_stack``);
+- a local variable of a function still running: it holds its value until the name is bound again
+  or the function returns (NASNet's ``x_comb_iter_0_left``, read once, lives to the end of the
+  cell; every cell's output lives to the end of ``forward_features``), read from the statement each
+  frame of the operator's stack trace was running (``stack_trace``), where that statement is a
+  one-line ``name = ...``; a one-line ``a, b = ...`` binds its names again (TNT's blocks). The torch
+  frontend has export keep the frames of every method a model's module classes define, not only
+  ``forward``.
+
+Both give, for an operator's output, the last operator before which eager may free it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from torch import fx
+
+_FRAME = re.compile(r'File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<function>\S+)\n(?P<source>[^\n]*)')
+#: ``name = ...`` on one line (spaces around ``=`` tell it from a keyword argument of a wrapped call)
+_ASSIGNMENT = re.compile(r"(?P<name>[A-Za-z_]\w*)\s+=\s+\S.*[^,\\(\[{]")
+#: ``a, b = ...`` on one line: it binds each name again, to values the statement does not say apart
+_UNPACKING = re.compile(r"(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s+=\s+\S.*[^,\\(\[{]")
+
+
+@dataclass(frozen=True)
+class _Frame:
+    file: str
+    line: int
+    function: str
+    target: str | None  # the name the running statement binds, where it is ``name = ...`` on one line
+    binds: frozenset[str]  # every name it binds again (``target``, or each of ``a, b = ...``)
+
+
+def eager_holds(nodes: list[fx.Node]) -> dict[fx.Node, fx.Node]:
+    """For each operator's output that eager keeps past its last reader, the last operator it stays
+    alive through (see the module's docstring)."""
+    calls = [n for n in nodes if n.op == "call_function"]
+    instances = _module_call_instances(calls)
+    held: dict[int, int] = {}
+    for made, end in [*_argument_holds(calls, instances), *_local_holds(calls, instances)]:
+        if end > held.get(made, made):
+            held[made] = end
+    return {calls[made]: calls[end] for made, end in held.items()}
+
+
+def _module_call_instances(calls: list[fx.Node]) -> list[dict[str, int]]:
+    """Per operator, each module call it ran in (outermost first) by the position it started at: a
+    call is a maximal run of consecutive operators whose module stacks hold its key."""
+    started: list[dict[str, int]] = []
+    for i, node in enumerate(calls):
+        before = started[-1] if started else {}
+        started.append({key: before.get(key, i) for key in (node.meta.get("nn_module_stack") or {})})
+    return started
+
+
+def _argument_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[tuple[int, int]]:
+    """An output passed into a module call that ends after its reader lives until the outermost such
+    call returns."""
+    ends: dict[tuple[str, int], int] = {}
+    for i, here in enumerate(instances):
+        for call in here.items():
+            ends[call] = i
+    position = {n: i for i, n in enumerate(calls)}
+    holds = []
+    for i, node in enumerate(calls):
+        for arg in node.all_input_nodes:
+            made = position.get(arg)
+            if made is not None:
+                end = max((ends[call] for call in instances[i].items() if call[1] > made), default=i)
+                if end > i:
+                    holds.append((made, end))
+    return holds
+
+
+def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[tuple[int, int]]:
+    """A value bound to a local variable lives until the same run of its function binds the name
+    again (once that statement has run) or returns.
+
+    A function's run is told apart from other runs by the module call it belongs to (the nearest
+    ``forward`` frame at or above it, matched in order to the operator's module stack) and the frames
+    between. One execution of a statement is a run of consecutive operators of that frame at its line
+    with the same run of the frame below (``x = blk(x)`` in a loop is one execution per block); the
+    value it binds is its last operator's output. Operators whose ``forward`` frames do not match
+    their module stack one to one are left out."""
+    executions: dict[Hashable, list[_Execution]] = {}
+    for i, node in enumerate(calls):
+        frames = _frames(node.meta.get("stack_trace"))
+        runs = _runs(frames, list(instances[i].items()))
+        for d, (frame, run) in enumerate(zip(frames, runs)):
+            statement = (frame.line, runs[d + 1] if d + 1 < len(runs) else None)
+            done = executions.setdefault(run, [])
+            if done and done[-1].statement == statement:
+                done[-1] = _Execution(statement, frame.target, frame.binds, i)
+            else:
+                done.append(_Execution(statement, frame.target, frame.binds, i))
+    holds = []
+    for done in executions.values():
+        for k, execution in enumerate(done):
+            if execution.target is not None:
+                rebound = next((e.last for e in done[k + 1:] if execution.target in e.binds), done[-1].last)
+                holds.append((execution.last, rebound))
+    return holds
+
+
+@dataclass(frozen=True)
+class _Execution:
+    statement: Hashable
+    target: str | None
+    binds: frozenset[str]
+    last: int  # the last operator it ran so far
+
+
+def _runs(frames: list[_Frame], modules: list[tuple[str, int]]) -> list[Hashable]:
+    """Each frame's run: its module call, the frames between that call's ``forward`` and it, its
+    function; none where the ``forward`` frames and the module stack do not match."""
+    if sum(f.function == "forward" for f in frames) != len(modules):
+        return []
+    runs: list[Hashable] = []
+    module: tuple[str, int] | None = None
+    between: tuple[tuple[str, int, str], ...] = ()
+    calls = iter(modules)
+    for frame in frames:
+        if frame.function == "forward":
+            module, between = next(calls), ()
+        runs.append((module, between, frame.file, frame.function))
+        between = (*between, (frame.file, frame.line, frame.function))
+    return runs
+
+
+def _frames(stack_trace: str | None) -> list[_Frame]:
+    frames = []
+    for match in _FRAME.finditer(stack_trace or ""):
+        source = match["source"].strip()
+        assignment, unpacking = _ASSIGNMENT.fullmatch(source), _UNPACKING.fullmatch(source)
+        target = assignment["name"] if assignment else None
+        binds = {target} if target else {n.strip() for n in unpacking["names"].split(",")} if unpacking else set()
+        frames.append(_Frame(match["file"], int(match["line"]), match["function"], target, frozenset(binds)))
+    return frames
