@@ -20,6 +20,10 @@ from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import FORMAT, graph_from_bytes, graph_to_bytes
 
 BUSY_TIMEOUT_MS = 60_000
+#: Stores a graph unless one of this format is there already; a row another version wrote (another
+#: ``FORMAT``) is replaced, not kept beside nor in the way.
+STORE_GRAPH = ("INSERT INTO graphs (key, kind, format, blob) VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+               "kind = excluded.kind, format = excluded.format, blob = excluded.blob WHERE graphs.format != excluded.format")
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -93,8 +97,7 @@ class GraphCache:
         if self.path is not None:
             blob = graph_to_bytes(graph)
             with self._lock:
-                self._connection().execute("INSERT OR IGNORE INTO graphs (key, kind, format, blob) VALUES (?, ?, ?, ?)",
-                                           (key, self._kind(key), FORMAT, blob))
+                self._connection().execute(STORE_GRAPH, (key, self._kind(key), FORMAT, blob))
 
     def __len__(self) -> int:
         if self.path is None:

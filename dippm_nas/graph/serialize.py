@@ -10,7 +10,10 @@ import zlib
 
 from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
 
-FORMAT = 1
+#: What a stored graph means, not only how it is laid out: bump it whenever the frontends read a model
+#: differently (a persistent cache would otherwise mix graphs of two versions in one study). 2: eager's
+#: local variables' liveness in every method, F.unfold / F.fold kept whole.
+FORMAT = 2
 
 
 def _tensor(t: Tensor) -> list[object]:

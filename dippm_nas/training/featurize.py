@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache import STORE_GRAPH, GraphCache
 from dippm_nas.errors import one_line
 from dippm_nas.graph.serialize import graph_to_bytes
 
@@ -88,6 +88,5 @@ def featurize(graph_keys: Iterable[str], store: Path = DEFAULT_STORE, jobs: int 
                             writer.writerow(["graph_key", "reason"])
                         writer.writerow([key, reason])
                 else:
-                    conn.execute("INSERT OR IGNORE INTO graphs (key, kind, format, blob) VALUES (?, 'graph', ?, ?)",
-                                 (store_key(key), FORMAT, blob))
+                    conn.execute(STORE_GRAPH, (store_key(key), "graph", FORMAT, blob))
     return failures

@@ -51,3 +51,24 @@ def test_two_processes_share_the_cache(tmp_path):
         p = cost.score(candidate)
         assert first[candidate.signature] == [p.latency_ms, p.energy_j, p.memory_mb]
     assert cache.misses["candidate"] == 0 and cache.misses["block"] == 0
+
+
+def test_a_graph_another_version_stored_is_replaced_not_read(tmp_path):
+    """A persistent cache outlives upgrades: a row of another format is a miss, and the graph built
+    again takes its place instead of being ignored beside it."""
+    from torch import nn
+
+    from dippm_nas import build_graph
+    from dippm_nas.graph.serialize import FORMAT, graph_to_bytes
+
+    path = tmp_path / "cache.sqlite"
+    graph = build_graph(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), (3, 8, 8), batch=1)
+    GraphCache(path).put("block", graph)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE graphs SET format = ?", (FORMAT - 1,))
+    conn.commit()
+    stale = GraphCache(path)
+    assert stale.get("block") is None
+    stale.put("block", graph)
+    assert conn.execute("SELECT format, blob FROM graphs").fetchall() == [(FORMAT, graph_to_bytes(graph))]
+    assert GraphCache(path).get("block") is not None
