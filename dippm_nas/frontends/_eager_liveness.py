@@ -100,14 +100,15 @@ def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[
             statement = (frame.line, runs[d + 1] if d + 1 < len(runs) else None)
             done = executions.setdefault(run, [])
             if done and done[-1].statement == statement:
-                done[-1] = _Execution(statement, frame.target, frame.binds, i)
+                done[-1] = _Execution(statement, frame, i)
             else:
-                done.append(_Execution(statement, frame.target, frame.binds, i))
+                done.append(_Execution(statement, frame, i))
     holds = []
     for done in executions.values():
         for k, execution in enumerate(done):
-            if execution.target is not None:
-                rebound = next((e.last for e in done[k + 1:] if execution.target in e.binds), done[-1].last)
+            target = execution.frame.target
+            if target is not None:
+                rebound = next((e.last for e in done[k + 1:] if target in e.frame.binds), done[-1].last)
                 holds.append((execution.last, rebound))
     return holds
 
@@ -115,8 +116,7 @@ def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[
 @dataclass(frozen=True)
 class _Execution:
     statement: Hashable
-    target: str | None
-    binds: frozenset[str]
+    frame: _Frame  # what it binds
     last: int  # the last operator it ran so far
 
 

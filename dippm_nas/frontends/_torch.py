@@ -203,10 +203,10 @@ def _keep_method_frames(module: torch.nn.Module) -> None:
 def export(module: torch.nn.Module, inputs: InputSpec, batch: int, name: str) -> torch.export.ExportedProgram:
     args = example_inputs(inputs, batch, module_device(module))
     shapes = ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
+    _keep_method_frames(module)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            _keep_method_frames(module)
             return torch.export.export(module.eval(), args, strict=False)
     except Exception as exc:  # torch raises many types for a model that rejects its inputs
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

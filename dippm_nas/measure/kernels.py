@@ -16,8 +16,6 @@ among the latency rows that ``dippm-nas dataset`` imports.
 
 from __future__ import annotations
 
-import gc
-
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
@@ -25,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.environment import Environment
 from dippm_nas.measure.runner import (
-    MEASUREMENTS, Measurement, ModelOnDevice, configuration_row, failure_status, model_input,
+    MEASUREMENTS, Measurement, ModelOnDevice, configuration_row, model_input,
 )
 from dippm_nas.measure.timing import Timer, warm_up
 
@@ -71,31 +69,21 @@ def profile_rows(averages, iterations: int) -> list[dict[str, object]]:
 
 def profile_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
                 models: ModelOnDevice) -> list[dict[str, object]]:
-    """The configuration's operator and kernel rows; one row with the status where it fails."""
+    """The configuration's operator and kernel rows; a failure raises (``run`` records it)."""
     cuda = env.device_kind == "cuda"
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    model = x = None
-    try:
-        model = models(cfg)
-        x, autocast = model_input(cfg, env.device_kind, models.device)
-        with torch.inference_mode(), autocast:
-            def step() -> object:
-                return model(x)
-            warm_up(step, Timer(env.device_kind))
-            with profile(activities=activities, record_shapes=True) as prof:
-                for _ in range(PROFILED_ITERATIONS):
-                    step()
-                if cuda:
-                    torch.cuda.synchronize()
-        rows = profile_rows(prof.key_averages(group_by_input_shape=True), PROFILED_ITERATIONS)
-    except Exception as exc:  # an out-of-memory or a model that fails is a result to record
-        rows = [failure_status(exc)]
-        models.drop()
-    finally:
-        del model, x
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
+    model = models(cfg)
+    x, autocast = model_input(cfg, env.device_kind, models.device)
+    with torch.inference_mode(), autocast:
+        def step() -> object:
+            return model(x)
+        warm_up(step, Timer(env.device_kind))
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(PROFILED_ITERATIONS):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+    rows = profile_rows(prof.key_averages(group_by_input_shape=True), PROFILED_ITERATIONS)
     return [{**configuration_row(cfg), **row} for row in rows]
 
 

@@ -131,52 +131,38 @@ def configuration_row(cfg: MeasureConfig) -> dict[str, object]:
             "precision": cfg.precision, "layout": cfg.layout}
 
 
-def failure_status(exc: BaseException) -> dict[str, object]:
-    return {"status": "oom" if _is_oom(exc) else "error", "error": one_line(exc)}
-
-
 def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
                 models: ModelOnDevice) -> dict[str, object]:
-    device = models.device
-    row = {**configuration_row(cfg), "memory_context_mib": context_mib}
-    model = x = None
-    try:
-        model = models(cfg)
-        if env.device_kind == "cuda":  # the peak from here on: the resident weights, the input, the run
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        x, autocast = model_input(cfg, env.device_kind, device)
-        meter = EnergyMeter() if env.device_kind == "cuda" else None
-        with torch.inference_mode(), autocast:
-            def step() -> object:
-                return model(x)
-            timing = time_steps(step, Timer(env.device_kind),
-                                on_start=meter.start if meter else (lambda: None),
-                                on_end=meter.stop if meter else (lambda: None))
-        row.update(status="ok", latency_ms_median=timing.median_ms, latency_ms_mean=timing.mean_ms,
-                   latency_ms_p10=timing.p10_ms, latency_ms_p90=timing.p90_ms, iterations=timing.iterations,
-                   window_s=timing.window_s, warmup_iterations=timing.warmup)
-        if meter is not None and meter.joules is not None:
-            row.update(energy_j=meter.joules / timing.iterations, energy_method=meter.method,
-                       power_w_mean=meter.joules / timing.window_s)
-        if env.device_kind == "cuda":
-            reserved = torch.cuda.max_memory_reserved() / MIB
-            row.update(memory_reserved_mib=reserved, memory_allocated_mib=torch.cuda.max_memory_allocated() / MIB,
-                       memory_total_mib=(context_mib or 0.0) + reserved)
-        else:
-            row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    except Exception as exc:  # an out-of-memory or a model that fails is a result to record
-        row.update(failure_status(exc))
-        models.drop()
-    finally:
-        del model, x
-        gc.collect()
-        if env.device_kind == "cuda":
-            torch.cuda.empty_cache()
+    """The configuration's latency row; a failure raises (``run`` records it)."""
+    model = models(cfg)
+    if env.device_kind == "cuda":  # the peak from here on: the resident weights, the input, the run
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    x, autocast = model_input(cfg, env.device_kind, models.device)
+    meter = EnergyMeter() if env.device_kind == "cuda" else None
+    with torch.inference_mode(), autocast:
+        def step() -> object:
+            return model(x)
+        timing = time_steps(step, Timer(env.device_kind),
+                            on_start=meter.start if meter else (lambda: None),
+                            on_end=meter.stop if meter else (lambda: None))
+    row = {**configuration_row(cfg), "memory_context_mib": context_mib, "status": "ok",
+           "latency_ms_median": timing.median_ms, "latency_ms_mean": timing.mean_ms, "latency_ms_p10": timing.p10_ms,
+           "latency_ms_p90": timing.p90_ms, "iterations": timing.iterations, "window_s": timing.window_s,
+           "warmup_iterations": timing.warmup}
+    if meter is not None and meter.joules is not None:
+        row.update(energy_j=meter.joules / timing.iterations, energy_method=meter.method,
+                   power_w_mean=meter.joules / timing.window_s)
+    if env.device_kind == "cuda":
+        reserved = torch.cuda.max_memory_reserved() / MIB
+        row.update(memory_reserved_mib=reserved, memory_allocated_mib=torch.cuda.max_memory_allocated() / MIB,
+                   memory_total_mib=(context_mib or 0.0) + reserved)
+    else:
+        row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
 
 
@@ -197,6 +183,7 @@ class Measurement:
 
     columns: list[str]
     protocol: str
+    #: the configuration's rows; raises where it fails (``run`` records the failure as a row)
     take: Callable[[MeasureConfig, Environment, float | None, ModelOnDevice], list[dict[str, object]]]
     summary: Callable[[list[dict[str, object]]], str]  # the progress line's verdict
 
@@ -238,7 +225,15 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
             progress(f"budget of {budget_s:.0f} s reached after {i - 1} configurations; rerun to continue")
             return i - 1
         began = time.monotonic()
-        rows = measurement.take(cfg, env, context, models)
+        try:
+            rows = measurement.take(cfg, env, context, models)
+        except Exception as exc:  # an out-of-memory or a model that fails is a result to record
+            rows = [{**configuration_row(cfg), "memory_context_mib": context,
+                     "status": "oom" if _is_oom(exc) else "error", "error": one_line(exc)}]
+            models.drop()
+        gc.collect()  # what the configuration left, before the next one starts
+        if device_kind == "cuda":
+            torch.cuda.empty_cache()
         for row in rows:
             row.update(env.as_row(), protocol=measurement.protocol, measured_by=measured_by, date=utc_now())
         append_rows(out, rows, measurement.columns)
