@@ -12,13 +12,21 @@ of reference outlive the reader:
   frame of the operator's stack trace was running (``stack_trace``), where that statement is a
   one-line ``name = ...``; a one-line ``a, b = ...`` binds its names again (TNT's blocks). The torch
   frontend has export keep the frames of every method a model's module classes define, not only
-  ``forward``.
+  ``forward``;
+- a list a function appends to (``output.append(x)`` in HGNet's and VoVNet's blocks, ``spo.append(sp)``
+  in Res2Net's): it holds every value appended until the function returns, or, where the list is
+  the function's parameter (VoVNet's ``concat_list``), until its caller returns. Appending a name
+  runs no operator, so the value is the one the statement before it binds; this is read from the
+  function's source (``ast``).
 
-Both give, for an operator's output, the last operator before which eager may free it.
+All three give, for an operator's output, the last operator before which eager may free it.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -39,6 +47,7 @@ class _Frame:
     function: str
     target: str | None  # the name the running statement binds, where it is ``name = ...`` on one line
     binds: frozenset[str]  # every name it binds again (``target``, or each of ``a, b = ...``)
+    values: int = 0  # for ``a, b = ...``, how many values it computes (:func:`_unpacked_values`)
 
 
 def eager_holds(nodes: list[fx.Node]) -> dict[fx.Node, fx.Node]:
@@ -99,17 +108,28 @@ def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[
         for d, (frame, run) in enumerate(zip(frames, runs)):
             statement = (frame.line, runs[d + 1] if d + 1 < len(runs) else None)
             done = executions.setdefault(run, [])
+            caller = runs[d - 1] if d else None
             if done and done[-1].statement == statement:
-                done[-1] = _Execution(statement, frame, i)
+                done[-1] = _Execution(statement, frame, i, caller)
             else:
-                done.append(_Execution(statement, frame, i))
+                done.append(_Execution(statement, frame, i, caller))
     holds = []
     for done in executions.values():
+        group_end = 0  # past the executions of one run of the statement ``a, b = f(x), g(x)``
         for k, execution in enumerate(done):
-            target = execution.frame.target
-            if target is not None:
-                rebound = next((e.last for e in done[k + 1:] if target in e.frame.binds), done[-1].last)
+            frame = execution.frame
+            if frame.target is not None:
+                rebound = next((e.last for e in done[k + 1:] if frame.target in e.frame.binds), done[-1].last)
                 holds.append((execution.last, rebound))
+            elif frame.values:  # one execution per value it computes, in order
+                if k >= group_end:
+                    group_end = k + frame.values
+                rebound = next((e.last for e in done[group_end:] if frame.binds & e.frame.binds), done[-1].last)
+                holds.append((execution.last, rebound))
+            owner = _appended_lines(execution.frame.file, execution.frame.function).get(execution.frame.line)
+            if owner is not None:  # appended to a list of this run, or of its caller's where a parameter
+                run = done if owner == _LOCAL or execution.caller is None else executions[execution.caller]
+                holds.append((execution.last, run[-1].last))
     return holds
 
 
@@ -118,6 +138,74 @@ class _Execution:
     statement: Hashable
     frame: _Frame  # what it binds
     last: int  # the last operator it ran so far
+    caller: Hashable  # the run of the frame that called this one's function (None for the outermost)
+
+
+_LOCAL, _PARAMETER = "local", "parameter"
+
+
+@functools.cache
+def _appended_lines(file: str, function: str) -> dict[int, str]:
+    """The lines of ``function`` in ``file`` whose statement makes a value the function then appends
+    to a list: ``L.append(expr)`` itself, or for ``L.append(name)`` the statement before it in its
+    block that binds ``name``; each with whether ``L`` is a local or the function's parameter."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return {}
+    lines: dict[int, str] = {}
+    for scope in ast.walk(tree):
+        if not isinstance(scope, ast.FunctionDef) or scope.name != function:
+            continue
+        parameters = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+        for block in _blocks(scope):
+            for k, statement in enumerate(block):
+                appended = _append(statement)
+                if appended is None:
+                    continue
+                owner = _PARAMETER if appended[0] in parameters else _LOCAL
+                value = appended[1]
+                if isinstance(value, ast.Name):
+                    maker = next((s for s in reversed(block[:k]) if _binds(s, value.id)), None)
+                else:
+                    maker = statement
+                if maker is not None:
+                    lines.update(dict.fromkeys(range(maker.lineno, maker.end_lineno + 1), owner))
+    return lines
+
+
+def _blocks(scope: ast.FunctionDef) -> list[list[ast.stmt]]:
+    """Every statement list in a function, nested functions and classes left out."""
+    blocks, todo = [], [scope.body]
+    while todo:
+        block = todo.pop()
+        blocks.append(block)
+        for statement in block:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(statement, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    todo.append(inner)
+            todo.extend(handler.body for handler in getattr(statement, "handlers", ()))
+    return blocks
+
+
+def _append(statement: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``L.append(value)`` as (``L``, value)."""
+    if not isinstance(statement, ast.Expr) or not isinstance(call := statement.value, ast.Call):
+        return None
+    method = call.func
+    if (isinstance(method, ast.Attribute) and method.attr == "append" and isinstance(method.value, ast.Name)
+            and len(call.args) == 1 and not call.keywords):
+        return method.value.id, call.args[0]
+    return None
+
+
+def _binds(statement: ast.stmt, name: str) -> bool:
+    targets = statement.targets if isinstance(statement, ast.Assign) else (
+        [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else [])
+    return any(isinstance(t, ast.Name) and t.id == name for t in targets)
 
 
 def _runs(frames: list[_Frame], modules: list[tuple[str, int]]) -> list[Hashable]:
@@ -144,5 +232,22 @@ def _frames(stack_trace: str | None) -> list[_Frame]:
         assignment, unpacking = _ASSIGNMENT.fullmatch(source), _UNPACKING.fullmatch(source)
         target = assignment["name"] if assignment else None
         binds = {target} if target else {n.strip() for n in unpacking["names"].split(",")} if unpacking else set()
-        frames.append(_Frame(match["file"], int(match["line"]), match["function"], target, frozenset(binds)))
+        values = _unpacked_values(source) if unpacking else 0
+        frames.append(_Frame(match["file"], int(match["line"]), match["function"], target, frozenset(binds), values))
     return frames
+
+
+@functools.cache
+def _unpacked_values(source: str) -> int:
+    """How many values ``a, b = ...`` computes with calls of their own, each bound to its name: n for
+    ``a, b = f(x), g(x)``, 1 for ``g, i, c = torch.split(x, ...)`` (every name a part of one value)."""
+    try:
+        statement = ast.parse(source).body[0]
+    except (SyntaxError, IndexError):
+        return 0
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return 0
+    values = statement.value.elts if isinstance(statement.value, ast.Tuple) else [statement.value]
+    calls = all(any(isinstance(n, ast.Call) for n in ast.walk(v)) for v in values)
+    names = statement.targets[0]
+    return len(values) if calls and (len(values) == 1 or len(names.elts) == len(values)) else 0

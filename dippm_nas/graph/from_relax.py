@@ -355,8 +355,6 @@ class _Converter:
             spec = ops.lookup_aten(d.op) if d.generic else ops.lookup(d.op)
             # An operator we have no rule for counts as elementwise work, in one kernel.
             flops = spec.flops(d.args, d.outputs, d.attrs) if spec else sum(t.numel for t in d.outputs)
-            if spec is not None and spec.kernels is not None:
-                d.attrs["kernels"] = spec.kernels(d.args, d.outputs, d.attrs)
             nodes.append(Node(
                 id=d.id, op=d.op.removeprefix("relax."), kind=d.kind, category=d.category,
                 attrs=d.attrs, inputs=tuple(d.inputs), outputs=tuple(d.outputs),

@@ -210,6 +210,12 @@ def _recurrent_kernels(args: list[Tensor], outs: list[Tensor], attrs: Mapping[st
     return _recurrent_layers(attrs) * (1 + 2 * steps)
 
 
+def _im2col_kernels(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
+    """ATen's im2col on CUDA (``im2col_out_cuda_template`` in Im2Col.cu) zeroes its output, then
+    launches its kernel once per sample of the batch, one after another; col2im runs one batched kernel."""
+    return 1 + (args[0].shape[0] if len(args[0].shape) == 4 else 1)
+
+
 def _recurrent_layers(attrs: Mapping[str, object]) -> int:
     """Layers times directions: how many recurrences run."""
     return int(attrs.get("num_layers", 1)) * (2 if attrs.get("bidirectional") else 1)
@@ -283,7 +289,7 @@ register_aten("roll.default", "roll", "movement", _zero, kept_whole=True)
 # a scatter into a float32 zero buffer and a crop (col2im): three extra full-size tensors and a float32
 # one where eager makes one tensor of its input's precision. Kept whole, they read as the gather and the
 # scatter-add they are (kinds PMGNS has seen in other families); col2im sums the patches that overlap.
-register_aten("im2col.default", "index_tensor", "movement", _zero, kept_whole=True)
+register_aten("im2col.default", "index_tensor", "movement", _zero, _im2col_kernels, kept_whole=True)
 register_aten("col2im.default", "index_put", "movement", _per_input, kept_whole=True)
 # TVM reads clone and contiguous as the identity. Eager's clone copies into a new (contiguous) layout;
 # contiguous is a view where its input is contiguous and a copy where not (graph.eager_layout adds it).

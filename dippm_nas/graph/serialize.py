@@ -12,8 +12,9 @@ from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
 
 #: What a stored graph means, not only how it is laid out: bump it whenever the frontends read a model
 #: differently (a persistent cache would otherwise mix graphs of two versions in one study). 2: eager's
-#: local variables' liveness in every method, F.unfold / F.fold kept whole.
-FORMAT = 2
+#: local variables' liveness in every method, F.unfold / F.fold kept whole. 3: what a list a function
+#: appends to holds, and ``a, b = f(x), g(x)``; kernel counts read at the graph's batch, not stored.
+FORMAT = 3
 
 
 def _tensor(t: Tensor) -> list[object]:

@@ -85,6 +85,13 @@ def _serial_loop(node: Node) -> tuple[int, int]:
     return n * c, -(-h * w // SERIAL_LOOP_BLOCK_THREADS)
 
 
+def _kernels(node: Node) -> int:
+    """The kernels an operator launches: one unless its rule says (at this graph's batch: ATen's
+    im2col launches one per sample)."""
+    spec = ops.lookup_aten(node.attrs["aten"]) if "aten" in node.attrs else None
+    return spec.kernels(list(node.inputs), list(node.outputs), node.attrs) if spec and spec.kernels else 1
+
+
 def _tensor_core_channels(conv: Node) -> bool:
     """Whether cuDNN can run this convolution on tensor cores: its channels per group suit them."""
     weight = conv.weights[0].shape
@@ -212,7 +219,7 @@ class NodeTable:
                            *_pair(get("pool_size")))
             tensor_cores = conv and _tensor_core_channels(node)
             add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
-                 attrs.get("kernels", 1), _transposed_numel(node) if tensor_cores else 0, conv and not tensor_cores,
+                 _kernels(node), _transposed_numel(node) if tensor_cores else 0, conv and not tensor_cores,
                  node.flops, f32_in, f32_out, other, w_numel, w_bytes, block_full, block_f32, block_f32_half, f32_weight,
                  node.flops // batch, read1, written1, *tail, *pad[len(tail):],
                  *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),

@@ -254,6 +254,44 @@ def test_locals_of_a_method_other_than_forward_are_held_too():
     assert exp + graph.nodes[exp].attrs[EAGER_HOLD] == tripled
 
 
+def test_a_list_holds_what_is_appended_until_its_function_returns():
+    """HGNet's blocks append every layer's output to a list they concatenate, then run more layers:
+    eager frees the list (and what it holds) when the block returns, not after the concatenation.
+    VoVNet's appends to its caller's list (a parameter): held until the caller returns. And
+    ``a, b = f(x), g(x)`` binds each value to its name (StarNet), held like ``a = f(x)``."""
+
+    class Block(nn.Module):  # modules where a statement runs more than once: each call is one execution
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.ReLU(), nn.ReLU()])
+            self.sigmoid, self.tanh = nn.Sigmoid(), nn.Tanh()
+
+        def append_exp(self, x, out):
+            out.append(torch.exp(x))
+            return x
+
+        def forward(self, x):
+            output = [x]
+            for layer in self.layers:
+                x = layer(x)
+                output.append(x)
+            self.append_exp(x, output)
+            joined = torch.cat(output, dim=1)
+            first, second = self.sigmoid(joined), self.tanh(joined)
+            return torch.cos(first * second + 1)
+
+    graph = build_graph(Block(), (1024,), batch=1)
+    kinds = [n.kind for n in graph.nodes]
+    last = len(kinds) - 1
+    assert kinds[last] == "cos"
+    relus = [i for i, k in enumerate(kinds) if k == "relu"]
+    exp = kinds.index("exp")
+    for held in (*relus, exp):  # appended: until the forward returns
+        assert held + graph.nodes[held].attrs[EAGER_HOLD] == last
+    for held in (kinds.index("sigmoid"), kinds.index("tanh")):  # bound to names until the forward returns
+        assert held + graph.nodes[held].attrs[EAGER_HOLD] == last
+
+
 def test_a_hold_survives_an_identity_operator():
     """Dropout in eval is the identity, so its output and its input are one Relax variable: the longer
     of their holds (here, the stages' argument) is the one kept."""

@@ -11,6 +11,7 @@ from torch import nn
 
 from dippm_nas import TensorSpec, build_graph
 from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.features import node_feature_names, static_features, to_pyg
 from dippm_nas.graph.signature import graph_signature
 from dippm_nas.graph.table import NodeTable
@@ -221,7 +222,8 @@ class OutlookUnfoldFold(nn.Module):
 
 def test_unfold_and_fold_are_one_kernel_each_in_their_inputs_precision():
     """Decomposed, F.unfold is a padded copy, a gather and a copy, and F.fold a scatter into a float32
-    zero buffer and a crop; eager runs im2col and col2im, one kernel each, in the input's dtype."""
+    zero buffer and a crop; eager runs im2col and col2im in the input's dtype, col2im as one kernel,
+    im2col as a zeroing and one kernel per sample (at every batch the graph is scaled to)."""
     g = build_graph(OutlookUnfoldFold(), (8, 8, 8), batch=2)
     assert [n.kind for n in g.nodes] == ["conv2d", "index_tensor", "multiply", "index_put"] and not g.warnings
     im2col, col2im = g.nodes[1], g.nodes[3]
@@ -229,7 +231,8 @@ def test_unfold_and_fold_are_one_kernel_each_in_their_inputs_precision():
     assert im2col.outputs[0].shape == (2, 8 * 9, 16) and col2im.outputs[0].shape == (2, 8, 8, 8)
     assert im2col.flops == 0 and col2im.flops == 2 * 8 * 9 * 16  # col2im adds each patch element in
     table = NodeTable.of(g)
-    assert (table.kernels[1:] == 1).all()
+    assert table.kernels[1:].tolist() == [1 + 2, 1, 1]
+    assert NodeTable.of(scale_batch(build_graph(OutlookUnfoldFold(), (8, 8, 8), batch=1), 16)).kernels[1] == 1 + 16
     # under autocast they stay in the convolution's half precision: 2 bytes per element
     assert table.alloc_bytes[1, 1] == 2 * 72 * 16 * 2 and table.alloc_bytes[3, 1] == 2 * 8 * 8 * 8 * 2
 
@@ -286,10 +289,11 @@ def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirec
                  for layer in range(layers)) * dirs
     pointwise = (RECURRENT_POINTWISE_FLOPS * 4 * hidden + hidden) * layers * dirs
     assert node.flops == steps * batch * (matmul + pointwise)
-    assert node.attrs["kernels"] == layers * dirs * (1 + 2 * steps)
+    kernels = layers * dirs * (1 + 2 * steps)
+    assert NodeTable.of(graph).kernels.tolist() == [kernels]
     assert node.outputs[0].shape == (batch, steps, dirs * hidden)
     (cost,) = AnalyticalCostModel().estimate(graph, get_device("rtx4090"), "fp32").nodes
-    assert cost.time_ms >= node.attrs["kernels"] * KERNEL_OVERHEAD_US * 1e-3
+    assert cost.time_ms >= kernels * KERNEL_OVERHEAD_US * 1e-3
 
 
 
@@ -311,7 +315,8 @@ def test_torch_and_onnx_recurrent_layers_cost_the_same(tmp_path, cls):
     g_onnx = build_graph(path, batch=2)
     kind = "lstm" if cls is nn.LSTM else "gru"
     (a,), (b,) = ([n for n in g.nodes if n.kind == kind] for g in (g_torch, g_onnx))
-    assert a.flops == b.flops and a.attrs["kernels"] == b.attrs["kernels"] == 2 * (1 + 2 * 20)
+    kernels = [NodeTable.of(g).kernels[g.nodes.index(n)] for g, n in ((g_torch, a), (g_onnx, b))]
+    assert a.flops == b.flops and kernels == [2 * (1 + 2 * 20)] * 2
     assert not [w for w in g_onnx.warnings if "unknown" in w]
 
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat", "gin"])
