@@ -69,7 +69,7 @@ def main() -> int:
     from dippm_nas.training.evaluate import splits_for
     from dippm_nas.training.metrics import mape, summary
     from dippm_nas.training.records import load_records
-    from dippm_nas.training.train import TrainConfig, fit, predict_targets
+    from dippm_nas.training.train import TrainConfig, applied_corrections, fit, predict_targets
 
     torch.set_num_threads(args.threads)
     ts = build_training_set(load_records())
@@ -90,8 +90,8 @@ def main() -> int:
             start = time.perf_counter()
             config = replace(TrainConfig(), **overrides, seed=seed, refit=False)
             fitted = fit(ts, split.train, split.val, config, label=f"{name} seed {seed}")
-            all_targets = predict_targets(fitted, ts, split.val)
             every = predict_targets(fitted, ts, split.val, every_correction=True)
+            all_targets = applied_corrections(fitted, ts, split.val, every)
             predicted = all_targets[:, 0]
             m = summary(predicted, measured)
             m["family_mape"] = float(np.mean([mape(predicted[families == f], measured[families == f])

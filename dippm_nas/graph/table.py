@@ -28,6 +28,9 @@ SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
 SHAPE_COLUMNS = ("kernel_h", "kernel_w", "groups", "n_inputs", "rank",
                  *(f"{a}_{i}" for a in SPATIAL_ATTRS for i in range(2)))
 
+_KERNEL_H, _KERNEL_W = SHAPE_COLUMNS.index("kernel_h"), SHAPE_COLUMNS.index("kernel_w")
+_STRIDE_H, _STRIDE_W = SHAPE_COLUMNS.index("strides_0"), SHAPE_COLUMNS.index("strides_1")
+
 #: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
 #: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
 TENSOR_CORE_CHANNEL_MULTIPLE = 8
@@ -161,6 +164,15 @@ class NodeTable:
     n_edges: int
     param_count: int
     param_bytes: int
+
+    @property
+    def nhwc_copy_numel(self) -> np.ndarray:
+        """The input elements of which cuDNN holds an NHWC copy while a tensor-core convolution on NCHW
+        activations runs: every 2-D one's but a 1x1, stride-1 one's, whose GEMM reads NCHW as it is."""
+        shape = self.shape_attrs
+        pointwise = ((shape[:, _KERNEL_H] == 1) & (shape[:, _KERNEL_W] == 1)
+                     & (shape[:, _STRIDE_H] <= 1) & (shape[:, _STRIDE_W] <= 1))
+        return np.where(pointwise, 0.0, self.nchw_transposed_numel)
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -14,7 +14,8 @@ from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES, cluster_bootstrap, kendall_tau, mape, summary
 from dippm_nas.training.splits import Split, device_split, family_split, random_split
-from dippm_nas.training.train import TrainConfig, final_training_records, fit, fit_split, predict_targets
+from dippm_nas.training.train import (TrainConfig, applied_corrections, final_training_records, fit, fit_split,
+                                      predict_targets)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMPARISON = ("sage", "gcn", "gat", "gin", "mlp")
@@ -184,8 +185,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     for split in splits_for(ts, config.seed):
         fitted = fit_split(ts, split, config, label=f"sage/{split.name}")
         measured = ts.targets[split.test, 0]
-        pmgns = predict_targets(fitted, ts, split.test)
         every = predict_targets(fitted, ts, split.test, every_correction=True)
+        pmgns = applied_corrections(fitted, ts, split.test, every)
         preds = {"PMGNS (GraphSAGE)": pmgns[:, 0],
                  "analytical": ts.analytical[split.test, 0],
                  "log-linear": loglinear(ts, split, final_training_records(split, config))}

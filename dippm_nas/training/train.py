@@ -157,10 +157,16 @@ def predict_targets(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, batch_size
             chunk = idx[start:start + batch_size]
             out.append(np.exp(log_predictions(_forward(fitted.model, ts, xs, static, chunk), ts, chunk).numpy()))
     predicted = np.concatenate(out) if out else np.zeros((0, len(TARGETS)))
-    if not every_correction:
-        for t, target in enumerate(TARGETS):
-            if target not in fitted.config.corrected_targets:
-                predicted[:, t] = ts.analytical[idx, t]
+    return predicted if every_correction else applied_corrections(fitted, ts, idx, predicted)
+
+
+def applied_corrections(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, every: np.ndarray) -> np.ndarray:
+    """What ``predict_targets`` gives from what every head learned: the analytical model's estimate
+    of each target ``config.corrected_targets`` leaves out."""
+    predicted = every.copy()
+    for t, target in enumerate(TARGETS):
+        if target not in fitted.config.corrected_targets:
+            predicted[:, t] = ts.analytical[idx, t]
     return predicted
 
 

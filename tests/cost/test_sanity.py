@@ -64,6 +64,25 @@ def test_autocast_holds_a_half_copy_of_a_weight_only_while_its_layer_runs():
     assert fp16.activations_mib - fp32.activations_mib == pytest.approx(32, abs=2.1)
 
 
+def test_cudnn_holds_an_nhwc_copy_of_the_input_of_a_3x3_convolution_not_of_a_1x1():
+    """Under autocast on NCHW activations, cuDNN transposes a tensor-core convolution's input to NHWC
+    and holds the copy while it runs; a 1x1, stride-1 convolution is a GEMM over NCHW as it is (the
+    H100's peak allocated bytes), though its time is still charged the transposition."""
+    from dippm_nas.hardware import get_device
+
+    def transient(kernel: int) -> tuple[float, float]:
+        with torch.device("meta"):
+            conv = nn.Conv2d(64, 64, kernel, padding=kernel // 2)
+        table = NodeTable.of(build_graph(conv, (64, 32, 32), batch=1))
+        workspace = AnalyticalCostModel().transient_bytes(table, "fp16")[1]
+        moved = AnalyticalCostModel().roofline(table, get_device("a100-40gb"), "fp16").moved
+        return float(workspace[0, 0]), float(moved[0])
+
+    (copy3, moved3), (copy1, moved1) = transient(3), transient(1)
+    assert copy3 == 64 * 32 * 32 * 2 and copy1 == 0
+    assert moved1 - moved3 == pytest.approx(64 * 64 * (1 - 9) * (4 + 2 + 2))  # only the weights differ
+
+
 def test_attention_no_fused_kernel_takes_runs_as_math():
     """PyTorch's fused attention kernels take 4-D query, key and value only. Attention over 5-D blocks
     of heads (NesT, Twins) runs ATen's math fallback, which keeps the scores and their softmax in
