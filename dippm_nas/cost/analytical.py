@@ -313,7 +313,9 @@ class AnalyticalCostModel:
         allocated bytes at batch 256 read a 10th percentile of measured over analytical of 0.81 with
         that copy, 1.00 without (ese_vovnet39b 3409 MiB against 3411 measured, xception 5108 against
         5110), although its time still reads as the transposition's (the timm records outside the test
-        sets spread more without it). Eager's math attention holds its float32 scores and copies
+        sets spread more without it). An RGB stem holds an output-sized NHWC buffer instead
+        (``NodeTable.nhwc_output_bytes``): VGG11's peak allocated bytes at batch 256, 4216 MiB measured,
+        read 2646 without it, 3895 with it. Eager's math attention holds its float32 scores and copies
         (:func:`sdpa_math`)."""
         half = precision in HALF_PRECISIONS
         held = sdpa_math(table, half, release)[2]
@@ -321,7 +323,7 @@ class AnalyticalCostModel:
             return np.zeros((len(table), 1)), held
         weight = np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0)
         return (np.column_stack([weight, table.autocast_copy_bytes]),
-                np.column_stack([table.nhwc_copy_numel * 2.0, held]))
+                np.column_stack([table.nhwc_copy_numel * 2.0, table.nhwc_output_bytes, held]))
 
     def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""

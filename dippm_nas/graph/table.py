@@ -30,6 +30,7 @@ SHAPE_COLUMNS = ("kernel_h", "kernel_w", "groups", "n_inputs", "rank",
 
 _KERNEL_H, _KERNEL_W = SHAPE_COLUMNS.index("kernel_h"), SHAPE_COLUMNS.index("kernel_w")
 _STRIDE_H, _STRIDE_W = SHAPE_COLUMNS.index("strides_0"), SHAPE_COLUMNS.index("strides_1")
+_GROUPS = SHAPE_COLUMNS.index("groups")
 
 #: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
 #: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
@@ -173,6 +174,13 @@ class NodeTable:
         pointwise = ((shape[:, _KERNEL_H] == 1) & (shape[:, _KERNEL_W] == 1)
                      & (shape[:, _STRIDE_H] <= 1) & (shape[:, _STRIDE_W] <= 1))
         return np.where(pointwise, 0.0, self.nchw_transposed_numel)
+
+    @property
+    def nhwc_output_bytes(self) -> np.ndarray:
+        """Under autocast, the bytes of the NHWC output cuDNN writes and then transposes to NCHW for a
+        convolution of one group whose channels keep it off its NCHW tensor-core kernels (an RGB
+        stem), held while it runs; 0 for every other operator."""
+        return np.where(self.cuda_core_conv & (self.shape_attrs[:, _GROUPS] == 1), self.alloc_bytes[:, 1], 0.0)
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -64,7 +64,7 @@ def test_autocast_holds_a_half_copy_of_a_weight_only_while_its_layer_runs():
     assert fp16.activations_mib - fp32.activations_mib == pytest.approx(32, abs=2.1)
 
 
-def test_cudnn_holds_an_nhwc_copy_of_the_input_of_a_3x3_convolution_not_of_a_1x1():
+def test_cudnn_holds_an_nhwc_copy_of_the_input_of_a_3x3_convolution_not_of_a_1x1_nor_of_an_rgb_stem():
     """Under autocast on NCHW activations, cuDNN transposes a tensor-core convolution's input to NHWC
     and holds the copy while it runs; a 1x1, stride-1 convolution is a GEMM over NCHW as it is (the
     H100's peak allocated bytes), though its time is still charged the transposition."""
@@ -81,6 +81,10 @@ def test_cudnn_holds_an_nhwc_copy_of_the_input_of_a_3x3_convolution_not_of_a_1x1
     (copy3, moved3), (copy1, moved1) = transient(3), transient(1)
     assert copy3 == 64 * 32 * 32 * 2 and copy1 == 0
     assert moved1 - moved3 == pytest.approx(64 * 64 * (1 - 9) * (4 + 2 + 2))  # only the weights differ
+    with torch.device("meta"):
+        stem = nn.Conv2d(3, 64, 3, padding=1)  # off the NCHW tensor-core kernels: an NHWC output instead
+    workspace = AnalyticalCostModel().transient_bytes(NodeTable.of(build_graph(stem, (3, 32, 32), batch=1)), "fp16")[1]
+    assert workspace[0].tolist()[:2] == [0.0, 64 * 32 * 32 * 2]
 
 
 def test_attention_no_fused_kernel_takes_runs_as_math():
