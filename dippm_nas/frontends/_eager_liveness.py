@@ -10,7 +10,9 @@ of reference outlive the reader:
   or the function returns (NASNet's ``x_comb_iter_0_left``, read once, lives to the end of the
   cell; every cell's output lives to the end of ``forward_features``), read from the statement each
   frame of the operator's stack trace was running (``stack_trace``), where that statement is a
-  one-line ``name = ...``; a one-line ``a, b = ...`` binds its names again (TNT's blocks). The torch
+  one-line ``name = ...``; a one-line ``a, b = ...`` binds its names again (TNT's blocks) and holds
+  what it computes, a value per name where each has a call (StarNet's ``x1, x2 = self.f1(x),
+  self.f2(x)``). The torch
   frontend has export keep the frames of every method a model's module classes define, not only
   ``forward``;
 - a list a function appends to (``output.append(x)`` in HGNet's and VoVNet's blocks, ``spo.append(sp)``
@@ -99,8 +101,9 @@ def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[
     ``forward`` frame at or above it, matched in order to the operator's module stack) and the frames
     between. One execution of a statement is a run of consecutive operators of that frame at its line
     with the same run of the frame below (``x = blk(x)`` in a loop is one execution per block); the
-    value it binds is its last operator's output. Operators whose ``forward`` frames do not match
-    their module stack one to one are left out."""
+    value it binds is its last operator's output. A value appended to a list lives until the run
+    that owns the list returns (:func:`_appended_lines`). Operators whose ``forward`` frames do not
+    match their module stack one to one are left out."""
     executions: dict[Hashable, list[_Execution]] = {}
     for i, node in enumerate(calls):
         frames = _frames(node.meta.get("stack_trace"))
@@ -126,7 +129,7 @@ def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[
                     group_end = k + frame.values
                 rebound = next((e.last for e in done[group_end:] if frame.binds & e.frame.binds), done[-1].last)
                 holds.append((execution.last, rebound))
-            owner = _appended_lines(execution.frame.file, execution.frame.function).get(execution.frame.line)
+            owner = _appended_lines(frame.file, frame.function).get(frame.line)
             if owner is not None:  # appended to a list of this run, or of its caller's where a parameter
                 run = done if owner == _LOCAL or execution.caller is None else executions[execution.caller]
                 holds.append((execution.last, run[-1].last))
@@ -181,7 +184,7 @@ def _blocks(scope: ast.FunctionDef) -> list[list[ast.stmt]]:
         block = todo.pop()
         blocks.append(block)
         for statement in block:
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             for field in ("body", "orelse", "finalbody"):
                 inner = getattr(statement, field, None)
