@@ -14,10 +14,15 @@ PyTorch's caching allocator replayed over the workspace, the weights and the act
   rounding and fragmentation);
 * context: the measured context over the model's constant.
 
+Then, at the largest batch, the configurations furthest from the analytical model both ways in
+allocated bytes (where liveness or a library's buffers are misread) and in reserved bytes (where the
+allocator's replay is).
+
 Every measured configuration is read, test sets of `dippm-nas evaluate` included: it describes the
 data and chooses nothing.
 
     python benchmarks/memory_breakdown.py
+    python benchmarks/memory_breakdown.py --extremes 10
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measurements", type=Path, default=ROOT / "data" / "measurements",
                         help="folder of harness CSVs (default: data/measurements)")
+    parser.add_argument("--extremes", type=int, default=5, help="configurations listed each way (default: 5)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import numpy as np
@@ -49,6 +55,7 @@ def main() -> int:
     graphs = load_graphs(set(key.values()))
     analytical = AnalyticalCostModel()
     by_batch: dict[int, list[tuple[float, float, float, float]]] = {}
+    named: dict[int, list[tuple[str, float, float, float, float]]] = {}  # model, allocated and reserved MiB
     skipped = 0
     for r in rows:
         graph = graphs.get(key[id(r)])
@@ -62,6 +69,7 @@ def main() -> int:
         by_batch.setdefault(int(r["batch"]), []).append((
             (context + reserved) / m.total_mib, allocated / live, reserved / (live + m.allocator_mib),
             reserved / allocated, (live + m.allocator_mib) / live, context / m.context_mib))
+        named.setdefault(int(r["batch"]), []).append((r["model"], allocated, live, reserved, live + m.allocator_mib))
     print(f"{sum(map(len, by_batch.values()))} measured configurations"
           + (f" ({skipped} without a featurized graph skipped)" if skipped else ""))
     names = ("total", "allocated", "reserved", "slack measured", "slack replayed", "context")
@@ -71,6 +79,14 @@ def main() -> int:
         cells = [f"{np.median(c):.2f} ({np.percentile(c, 10):.2f}-{np.percentile(c, 90):.2f})" for c in ratios.T]
         print(f"{batch:>6} {len(ratios):>4}  " + "  ".join(f"{c:>22}" for c in cells))
     print("medians (10th-90th percentile) of measured over analytical; the slacks are reserved over live bytes")
+    if named:
+        largest = max(named)
+        for label, measured, predicted in (("allocated", 1, 2), ("reserved", 3, 4)):
+            rows_ = sorted(named[largest], key=lambda row: row[measured] / row[predicted])
+            shown = rows_[:args.extremes] + rows_[-args.extremes:] if len(rows_) > 2 * args.extremes else rows_
+            print(f"\nbatch {largest}, {label}: measured over analytical, furthest both ways (MiB measured / analytical)")
+            for row in shown:
+                print(f"  {row[0]:<40} {row[measured] / row[predicted]:5.2f}  {row[measured]:8.0f} / {row[predicted]:.0f}")
     return 0
 
 
