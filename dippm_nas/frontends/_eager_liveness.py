@@ -129,7 +129,7 @@ def _local_holds(calls: list[fx.Node], instances: list[dict[str, int]]) -> list[
                     group_end = k + frame.values
                 rebound = next((e.last for e in done[group_end:] if frame.binds & e.frame.binds), done[-1].last)
                 holds.append((execution.last, rebound))
-            owner = _appended_lines(frame.file, frame.function).get(frame.line)
+            owner = _appended_lines(frame.file).get(frame.line)
             if owner is not None:  # appended to a list of this run, or of its caller's where a parameter
                 run = done if owner == _LOCAL or execution.caller is None else executions[execution.caller]
                 holds.append((execution.last, run[-1].last))
@@ -148,17 +148,18 @@ _LOCAL, _PARAMETER = "local", "parameter"
 
 
 @functools.cache
-def _appended_lines(file: str, function: str) -> dict[int, str]:
-    """The lines of ``function`` in ``file`` whose statement makes a value the function then appends
-    to a list: ``L.append(expr)`` itself, or for ``L.append(name)`` the statement before it in its
-    block that binds ``name``; each with whether ``L`` is a local or the function's parameter."""
+def _appended_lines(file: str) -> dict[int, str]:
+    """The lines of ``file`` whose statement makes a value its function then appends to a list:
+    ``L.append(expr)`` itself, or for ``L.append(name)`` the statement before it in its block that
+    binds ``name``; each with whether ``L`` is a local or the function's parameter. A line belongs to
+    one function, so one parse of the file serves every frame in it."""
     try:
         tree = ast.parse("".join(linecache.getlines(file)))
     except (SyntaxError, ValueError):
         return {}
     lines: dict[int, str] = {}
     for scope in ast.walk(tree):
-        if not isinstance(scope, ast.FunctionDef) or scope.name != function:
+        if not isinstance(scope, ast.FunctionDef):
             continue
         parameters = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
         for block in _blocks(scope):

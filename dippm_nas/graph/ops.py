@@ -210,15 +210,15 @@ def _recurrent_kernels(args: list[Tensor], outs: list[Tensor], attrs: Mapping[st
     return _recurrent_layers(attrs) * (1 + 2 * steps)
 
 
+def _recurrent_layers(attrs: Mapping[str, object]) -> int:
+    """Layers times directions: how many recurrences run."""
+    return int(attrs.get("num_layers", 1)) * (2 if attrs.get("bidirectional") else 1)
+
+
 def _im2col_kernels(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
     """ATen's im2col on CUDA (``im2col_out_cuda_template`` in Im2Col.cu) zeroes its output, then
     launches its kernel once per sample of the batch, one after another; col2im runs one batched kernel."""
     return 1 + (args[0].shape[0] if len(args[0].shape) == 4 else 1)
-
-
-def _recurrent_layers(attrs: Mapping[str, object]) -> int:
-    """Layers times directions: how many recurrences run."""
-    return int(attrs.get("num_layers", 1)) * (2 if attrs.get("bidirectional") else 1)
 
 
 # ---- the vocabulary -----------------------------------------------------------------------------
