@@ -34,6 +34,10 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Each column: the figure over the figure it is set against (see the module's docstring).
+RATIOS = {"total": ("measured total", "total"), "allocated": ("allocated", "live"), "reserved": ("reserved", "replayed"),
+          "slack measured": ("reserved", "allocated"), "slack replayed": ("replayed", "live"),
+          "context": ("context", "model context")}
 
 
 def main() -> int:
@@ -54,8 +58,7 @@ def main() -> int:
     key = {id(r): f"{r['source']}:{r['model']}@{r['input_shape'].split('x')[-1]}" for r in rows}
     graphs = load_graphs(set(key.values()))
     analytical = AnalyticalCostModel()
-    by_batch: dict[int, list[tuple[float, float, float, float]]] = {}
-    named: dict[int, list[tuple[str, float, float, float, float]]] = {}  # model, allocated and reserved MiB
+    by_batch: dict[int, list[tuple[str, dict[str, float]]]] = {}  # per configuration: model, MiB figures
     skipped = 0
     for r in rows:
         graph = graphs.get(key[id(r)])
@@ -66,27 +69,28 @@ def main() -> int:
         context, allocated, reserved = (float(r[c]) for c in
                                         ("memory_context_mib", "memory_allocated_mib", "memory_reserved_mib"))
         live = m.weights_mib + m.activations_mib + m.workspace_mib
-        by_batch.setdefault(int(r["batch"]), []).append((
-            (context + reserved) / m.total_mib, allocated / live, reserved / (live + m.allocator_mib),
-            reserved / allocated, (live + m.allocator_mib) / live, context / m.context_mib))
-        named.setdefault(int(r["batch"]), []).append((r["model"], allocated, live, reserved, live + m.allocator_mib))
+        by_batch.setdefault(int(r["batch"]), []).append((r["model"], {
+            "measured total": context + reserved, "total": m.total_mib, "allocated": allocated, "live": live,
+            "reserved": reserved, "replayed": live + m.allocator_mib, "context": context, "model context": m.context_mib}))
     print(f"{sum(map(len, by_batch.values()))} measured configurations"
           + (f" ({skipped} without a featurized graph skipped)" if skipped else ""))
-    names = ("total", "allocated", "reserved", "slack measured", "slack replayed", "context")
-    print(f"{'batch':>6} {'n':>4}  " + "  ".join(f"{name:>22}" for name in names))
+    print(f"{'batch':>6} {'n':>4}  " + "  ".join(f"{name:>22}" for name in RATIOS))
     for batch in sorted(by_batch):
-        ratios = np.array(by_batch[batch])
-        cells = [f"{np.median(c):.2f} ({np.percentile(c, 10):.2f}-{np.percentile(c, 90):.2f})" for c in ratios.T]
-        print(f"{batch:>6} {len(ratios):>4}  " + "  ".join(f"{c:>22}" for c in cells))
+        cells = []
+        for over, under in RATIOS.values():
+            c = np.array([f[over] / f[under] for _, f in by_batch[batch]])
+            cells.append(f"{np.median(c):.2f} ({np.percentile(c, 10):.2f}-{np.percentile(c, 90):.2f})")
+        print(f"{batch:>6} {len(by_batch[batch]):>4}  " + "  ".join(f"{c:>22}" for c in cells))
     print("medians (10th-90th percentile) of measured over analytical; the slacks are reserved over live bytes")
-    if named:
-        largest = max(named)
-        for label, measured, predicted in (("allocated", 1, 2), ("reserved", 3, 4)):
-            rows_ = sorted(named[largest], key=lambda row: row[measured] / row[predicted])
-            shown = rows_[:args.extremes] + rows_[-args.extremes:] if len(rows_) > 2 * args.extremes else rows_
+    if by_batch:
+        largest = max(by_batch)
+        for label in ("allocated", "reserved"):
+            over, under = RATIOS[label]
+            ranked = sorted(by_batch[largest], key=lambda sample: sample[1][over] / sample[1][under])
+            shown = ranked[:args.extremes] + ranked[-args.extremes:] if len(ranked) > 2 * args.extremes else ranked
             print(f"\nbatch {largest}, {label}: measured over analytical, furthest both ways (MiB measured / analytical)")
-            for row in shown:
-                print(f"  {row[0]:<40} {row[measured] / row[predicted]:5.2f}  {row[measured]:8.0f} / {row[predicted]:.0f}")
+            for model, f in shown:
+                print(f"  {model:<40} {f[over] / f[under]:5.2f}  {f[over]:8.0f} / {f[under]:.0f}")
     return 0
 
 
