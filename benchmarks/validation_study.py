@@ -12,6 +12,12 @@ The test records are never predicted.
     python benchmarks/validation_study.py                                      # the shipped configuration, seeds 0-2
     python benchmarks/validation_study.py --variant 'wide={"hidden": 128}' --seeds 0,1
     python benchmarks/validation_study.py --split random --no-baseline --variant 'short={"epochs": 20}'
+    python benchmarks/validation_study.py --split 'rtx3090->rtx4090' --transfer h100-sxm --seeds 0
+
+A device split's validation records are the training GPU's, so they say nothing of how a choice carries
+to another GPU; ``--transfer DEVICE`` also predicts the latency of a GPU's records that are in none of
+the split's sets (the H100's, measured by our harness, are in neither device split) and prints the
+MAPE, Kendall tau and median predicted over measured there, beside the analytical model's.
 
 A variant is NAME=JSON, the JSON an object of TrainConfig fields; the shipped configuration runs first
 as the baseline unless --no-baseline. On the 2-core build machine a family-split run takes 8-12 minutes
@@ -47,6 +53,16 @@ def _variant(text: str) -> tuple[str, dict]:
     return name, values
 
 
+def _transfer_figures(predicted, measured) -> str:
+    import numpy as np
+
+    from dippm_nas.training.metrics import summary
+
+    m = summary(predicted, measured)
+    return (f"latency MAPE {m['mape']:.2%}, Kendall tau {m['tau']:.4f}, median predicted / measured "
+            f"{float(np.median(predicted / measured)):.3f}")
+
+
 def main() -> int:
     from dippm_nas.training.evaluate import SPLIT_NAMES
 
@@ -57,6 +73,8 @@ def main() -> int:
                         help="a configuration to compare, as TrainConfig overrides; repeatable")
     parser.add_argument("--no-baseline", action="store_true", help="leave out the shipped configuration")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--transfer", metavar="DEVICE",
+                        help="also predict this GPU's records, which must be in none of the split's sets")
     args = parser.parse_args()
     variants = ([] if args.no_baseline else [("shipped", {})]) + args.variant
     if not variants:
@@ -78,6 +96,14 @@ def main() -> int:
     measured = ts.targets[split.val, 0]
     print(f"{split.name} split (split seed 0): {split.description}; {len(split.val)} validation records "
           f"from {len(set(families))} families", flush=True)
+    transfer = np.flatnonzero(ts.devices == args.transfer) if args.transfer else np.zeros(0, dtype=int)
+    if args.transfer:
+        used = np.concatenate([split.train, split.val, split.test])
+        if not len(transfer) or np.isin(transfer, used).any():
+            parser.error(f"--transfer {args.transfer}: its records must exist and be in none of the {split.name} "
+                         f"split's sets; devices with records: {', '.join(sorted(set(ts.devices)))}")
+        print(f"transfer to {args.transfer}: {len(transfer)} records; analytical model alone: "
+              f"{_transfer_figures(ts.analytical[transfer, 0], ts.targets[transfer, 0])}", flush=True)
     for column, target in enumerate(("latency", "energy", "memory")):
         has = ~np.isnan(ts.targets[split.val, column])
         if has.any():
@@ -100,6 +126,10 @@ def main() -> int:
             print(f"{name} seed {seed}: validation MAPE {m['mape']:.2%}, Kendall tau {m['tau']:.4f}, within 10 % "
                   f"{m['within10']:.1%}, mean per-family MAPE {m['family_mape']:.2%} (early stopping chose "
                   f"{fitted.best_epoch + 1} epochs; {time.perf_counter() - start:.0f} s)", flush=True)
+            if len(transfer):
+                print(f"{name} seed {seed}: transfer to {args.transfer}: "
+                      f"{_transfer_figures(predict_targets(fitted, ts, transfer)[:, 0], ts.targets[transfer, 0])}",
+                      flush=True)
             for column, target in ((1, "energy"), (2, "memory")):
                 has = ~np.isnan(ts.targets[split.val, column])
                 if has.any():

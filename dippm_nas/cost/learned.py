@@ -30,7 +30,7 @@ from dippm_nas.graph.features import (adjacency, dense_node_features, node_featu
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device
-from dippm_nas.training.train import standardize
+from dippm_nas.training.train import Scaling
 
 if TYPE_CHECKING:
     from dippm_nas.training.dataset import RecordInputs
@@ -46,10 +46,8 @@ class NotCovered(LookupError):
 class Card:
     config: dict
     static_features: list[str]
-    static_mean: torch.Tensor
-    static_std: torch.Tensor
-    node_mean: torch.Tensor
-    node_std: torch.Tensor
+    static_scaling: Scaling
+    node_scaling: Scaling
     devices: tuple[str, ...]
     precisions: tuple[str, ...]
     families: frozenset[str]
@@ -80,8 +78,7 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
     batches, counts = np.unique([r.batch for r in records], return_counts=True)
     card = {
         "config": vars(fitted.config), "static_features": ts.static_names,
-        "static_mean": fitted.static_mean.tolist(), "static_std": fitted.static_std.tolist(),
-        "node_mean": fitted.node_mean.tolist(), "node_std": fitted.node_std.tolist(),
+        "static_scaling": fitted.static_scaling.to_json(), "node_scaling": fitted.node_scaling.to_json(),
         "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
         "target_devices": {t: d for t, d in target_devices.items() if d},
@@ -101,8 +98,8 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
     model = PMGNS(raw["node_dim"], len(raw["static_features"]), conv=raw["config"]["conv"], hidden=raw["config"]["hidden"])
     model.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
     model.eval()
-    card = Card(raw["config"], raw["static_features"], torch.tensor(raw["static_mean"]), torch.tensor(raw["static_std"]),
-                torch.tensor(raw["node_mean"]), torch.tensor(raw["node_std"]), tuple(raw["devices"]),
+    card = Card(raw["config"], raw["static_features"], Scaling.from_json(raw["static_scaling"]),
+                Scaling.from_json(raw["node_scaling"]), tuple(raw["devices"]),
                 tuple(raw["precisions"]), frozenset(raw["families"]),
                 {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
                 tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
@@ -151,8 +148,7 @@ class FusedSage:
     base: torch.Tensor  # [2 * hidden]: the first projections of an operator with every one-hot column off
     switch: torch.Tensor  # [one-hot columns, 2 * hidden]: what turning each one on adds
     dense_weight: torch.Tensor  # [dense columns, 2 * hidden]
-    dense_mean: torch.Tensor
-    dense_std: torch.Tensor
+    dense_scaling: Scaling
     later: tuple[torch.Tensor, ...]  # per convolution after the first: [hidden, 2 * hidden], both linear maps
     biases: tuple[torch.Tensor, ...]  # per convolution, the first included
     norms: tuple[torch.nn.Module, ...]  # per convolution, the first included
@@ -161,16 +157,16 @@ class FusedSage:
     def of(cls, model: PMGNS, card: Card) -> FusedSage:
         stacked = tuple(torch.cat([c.lin_l.weight, c.lin_r.weight]).detach().T.contiguous() for c in model.convs)
         k = one_hot_width()
-        off = standardize(torch.zeros(k), card.node_mean[:k], card.node_std[:k])
-        on = standardize(torch.ones(k), card.node_mean[:k], card.node_std[:k])
+        one_hot = card.node_scaling.columns(slice(None, k))
+        off, on = one_hot(torch.zeros(k)), one_hot(torch.ones(k))
         first = stacked[0]
         return cls(base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
-                   dense_mean=card.node_mean[k:], dense_std=card.node_std[k:], later=stacked[1:],
+                   dense_scaling=card.node_scaling.columns(slice(k, None)), later=stacked[1:],
                    biases=tuple(c.lin_l.bias.detach() for c in model.convs), norms=tuple(model.norms))
 
     def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
         """Every operator's output of the last convolution block."""
-        dense = standardize(torch.from_numpy(dense_node_features(table)), self.dense_mean, self.dense_std)
+        dense = self.dense_scaling(torch.from_numpy(dense_node_features(table)))
         kind, category = (torch.from_numpy(columns) for columns in one_hot_columns(table))
         projected = self.base + self.switch[kind] + self.switch[category] + dense @ self.dense_weight
         h = torch.relu(self.norms[0](_sage_output(projected, adjacency, self.biases[0])))
@@ -245,13 +241,13 @@ class PMGNSCostModel:
         """The network's log-ratios for one configuration of ``graph``; a GraphSAGE network's
         convolutions come fused."""
         raw = torch.tensor([[inputs.features[n] for n in self.card.static_features]], dtype=torch.float32)
-        static = standardize(raw, self.card.static_mean, self.card.static_std)
+        static = self.card.static_scaling(raw)
         time_share = torch.from_numpy(inputs.time_share)[None]
         adj = adjacency(graph)
         if self.fused is not None:
             embedding = self.model.readout(self.fused(graph.table, adj), None, None, time_share)
             return self.model.correction(torch.cat([embedding, static], dim=1))
-        x = standardize(node_feature_matrix(graph.table), self.card.node_mean, self.card.node_std)
+        x = self.card.node_scaling(node_feature_matrix(graph.table))
         return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
                           time_share)
 

@@ -71,38 +71,59 @@ class TrainConfig:
 @dataclass
 class Fitted:
     model: PMGNS
-    static_mean: np.ndarray
-    static_std: np.ndarray
-    node_mean: torch.Tensor
-    node_std: torch.Tensor
+    static_scaling: Scaling
+    node_scaling: Scaling
     best_val_mape: float
     best_epoch: int
     epochs_run: int
     config: TrainConfig
 
-    def normalize_static(self, static: np.ndarray) -> torch.Tensor:
-        return standardize(torch.as_tensor(static, dtype=torch.float32), self.static_mean, self.static_std)
 
-    def normalize_nodes(self, x: torch.Tensor) -> torch.Tensor:
-        return standardize(x, self.node_mean, self.node_std)
-
-
-#: A feature (almost) constant in training, such as the count of an operator no training model has,
-#: keeps unit scale: dividing by its tiny spread would turn an unseen family's value into 10^6.
+#: A feature (almost) constant in training keeps unit scale: dividing by its tiny spread would blow up
+#: a value training never saw.
 MIN_FEATURE_STD = 1e-2
-#: Standardised features are clipped to this many standard deviations.
+#: Standardised features are clipped to this many standard deviations, in training too.
 FEATURE_CLIP = 8.0
 
 
-def standardize(values: torch.Tensor, mean, std) -> torch.Tensor:
-    """Training and prediction scale features the same way: z-scores clipped to +-FEATURE_CLIP."""
-    mean = torch.as_tensor(mean, dtype=torch.float32)
-    std = torch.as_tensor(std, dtype=torch.float32)
-    return ((values - mean) / std).clamp(-FEATURE_CLIP, FEATURE_CLIP)
+@dataclass(frozen=True)
+class Scaling:
+    """How training and prediction scale a feature matrix's columns: z-scores over the training rows,
+    each clamped to the range those rows gave it (and to +-FEATURE_CLIP).
 
+    The network learned nothing of a value beyond that range. A feature constant in training (a
+    GPU's spec sheet when one GPU's records are the training set, the count of an operator no
+    training model has, a PyTorch release newer or older than all of them) kept the random weights
+    its first layer started with, and a value training never gave it would add their random sum to
+    every prediction; one that varied was learned over its range only. Beyond it, a value reads as
+    the nearest one training saw."""
 
-def _floor_std(std: np.ndarray) -> np.ndarray:
-    return np.where(std < MIN_FEATURE_STD, 1.0, std)
+    mean: torch.Tensor
+    std: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
+    @classmethod
+    def of(cls, rows: np.ndarray | torch.Tensor) -> Scaling:
+        rows = torch.as_tensor(rows, dtype=torch.float32)
+        mean, std = rows.mean(dim=0), rows.std(dim=0, correction=0)
+        std = torch.where(std < MIN_FEATURE_STD, torch.ones_like(std), std)
+        return cls(mean, std, ((rows.amin(dim=0) - mean) / std).clamp(min=-FEATURE_CLIP),
+                   ((rows.amax(dim=0) - mean) / std).clamp(max=FEATURE_CLIP))
+
+    def __call__(self, values: np.ndarray | torch.Tensor) -> torch.Tensor:
+        z = (torch.as_tensor(values, dtype=torch.float32) - self.mean) / self.std
+        return torch.minimum(torch.maximum(z, self.low), self.high)
+
+    def columns(self, index: slice) -> Scaling:
+        return Scaling(self.mean[index], self.std[index], self.low[index], self.high[index])
+
+    def to_json(self) -> dict[str, list[float]]:
+        return {name: getattr(self, name).tolist() for name in ("mean", "std", "low", "high")}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, list[float]]) -> Scaling:
+        return cls(*(torch.tensor(raw[name], dtype=torch.float32) for name in ("mean", "std", "low", "high")))
 
 
 def seed_everything(seed: int) -> None:
@@ -149,7 +170,7 @@ def predict_targets(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, batch_size
     """Latency, energy and memory of records ``idx``: the analytical model's where
     ``config.corrected_targets`` leaves a target out, unless ``every_correction`` asks for what each
     head learned."""
-    xs, static = inputs or ([fitted.normalize_nodes(x) for x in ts.x], fitted.normalize_static(ts.static))
+    xs, static = inputs or ([fitted.node_scaling(x) for x in ts.x], fitted.static_scaling(ts.static))
     fitted.model.eval()
     out = []
     with torch.no_grad():
@@ -173,16 +194,14 @@ def applied_corrections(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, every:
 def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig = TrainConfig(),
         progress: bool = True, label: str = "") -> Fitted:
     seed_everything(config.seed)
-    static_mean = ts.static[train].mean(axis=0)
-    static_std = _floor_std(ts.static[train].std(axis=0))
     train_graphs = np.unique(ts.graph_of[train])
-    all_x = torch.cat([ts.x[g] for g in train_graphs])
-    node_mean, node_std = all_x.mean(dim=0), torch.as_tensor(_floor_std(all_x.std(dim=0).numpy()), dtype=torch.float32)
+    static_scaling = Scaling.of(ts.static[train])
+    node_scaling = Scaling.of(torch.cat([ts.x[g] for g in train_graphs]))
     model = PMGNS(ts.x[0].shape[1], ts.static.shape[1], conv=config.conv, hidden=config.hidden)
     average = copy.deepcopy(model).requires_grad_(False)
-    fitted = Fitted(average, static_mean, static_std, node_mean, node_std, float("inf"), -1, 0, config)
-    xs = [fitted.normalize_nodes(x) for x in ts.x]
-    static = fitted.normalize_static(ts.static)
+    fitted = Fitted(average, static_scaling, node_scaling, float("inf"), -1, 0, config)
+    xs = [node_scaling(x) for x in ts.x]
+    static = static_scaling(ts.static)
     y = torch.tensor(np.log(ts.targets), dtype=torch.float32)
     mask = ~torch.isnan(y)
     y = torch.nan_to_num(y)

@@ -86,6 +86,24 @@ def small_training_set(tmp_path_factory):
     return build_training_set(records, store)
 
 
+def test_a_feature_reads_no_further_than_training_took_it():
+    from dippm_nas.training.train import FEATURE_CLIP, Scaling
+
+    # columns: varied over 0..4; constant (a GPU's spec sheet in a one-GPU training set); one outlier far out
+    rows = np.array([[0.0, 3.0, 0.0], [1.0, 3.0, 0.0], [2.0, 3.0, 0.0], [3.0, 3.0, 0.0], [4.0, 3.0, 1e6]])
+    scaling = Scaling.of(rows)
+    inside = scaling(np.array([[1.0, 3.0, 0.0]]))[0]
+    assert inside[0].item() == pytest.approx((1.0 - 2.0) / math.sqrt(2.0))  # a z-score within the range
+    beyond = scaling(np.array([[9.0, 5.0, -1e6]]))[0]
+    assert beyond[0].item() == pytest.approx((4.0 - 2.0) / math.sqrt(2.0))  # the largest value training saw
+    assert beyond[1].item() == 0.0  # a value a constant feature never took adds nothing
+    assert beyond[2].item() == pytest.approx(scaling(rows[:1])[0, 2].item())  # nor beyond the smallest
+    assert scaling(rows).abs().max().item() <= FEATURE_CLIP
+    again = Scaling.from_json(scaling.to_json())
+    assert torch.equal(again(rows), scaling(rows))
+    assert torch.equal(scaling.columns(slice(1, None))(rows[:, 1:]), scaling(rows)[:, 1:])
+
+
 def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas import build_graph
     from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load, save
@@ -178,7 +196,7 @@ def test_refit_trains_on_training_and_validation_for_the_chosen_epochs(small_tra
     assert refit.epochs_run == chosen.best_epoch + 1  # early stopping chose the epoch count
     assert (refit.best_epoch, refit.best_val_mape) == (chosen.best_epoch, chosen.best_val_mape)
     both = np.concatenate([split.train, split.val])
-    assert np.allclose(refit.static_mean, ts.static[both].mean(axis=0))  # validation records were trained on
+    assert np.allclose(refit.static_scaling.mean, ts.static[both].mean(axis=0))  # validation records were trained on
     assert not np.allclose(predict_targets(refit, ts, split.test), predict_targets(chosen, ts, split.test))
     assert fit_split(ts, split, replace(config, refit=False), progress=False).epochs_run == chosen.epochs_run
 
@@ -266,7 +284,7 @@ def test_a_prediction_says_how_far_it_is_from_the_training_data():
 
     from dippm_nas.cost.learned import Card, coverage_notes
 
-    card = Card(config={}, static_features=[], static_mean=None, static_std=None, node_mean=None, node_std=None,
+    card = Card(config={}, static_features=[], static_scaling=None, node_scaling=None,
                 devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}), target_devices={"latency_ms": ("rtx3090",)},
                 torch_versions={"rtx3090": "2.4.0"}, raw={}, batches=((4, 1), (256, 9), (1024, 90)),
                 seen_family_mape=0.039, unseen_family_mape=0.114)
