@@ -68,17 +68,6 @@ class TrainConfig:
                              f"got {self.corrected_targets}")
 
 
-@dataclass
-class Fitted:
-    model: PMGNS
-    static_scaling: Scaling
-    node_scaling: Scaling
-    best_val_mape: float
-    best_epoch: int
-    epochs_run: int
-    config: TrainConfig
-
-
 #: A feature (almost) constant in training keeps unit scale: dividing by its tiny spread would blow up
 #: a value training never saw.
 MIN_FEATURE_STD = 1e-2
@@ -124,6 +113,17 @@ class Scaling:
     @classmethod
     def from_json(cls, raw: dict[str, list[float]]) -> Scaling:
         return cls(*(torch.tensor(raw[name], dtype=torch.float32) for name in ("mean", "std", "low", "high")))
+
+
+@dataclass
+class Fitted:
+    model: PMGNS
+    static_scaling: Scaling
+    node_scaling: Scaling
+    best_val_mape: float
+    best_epoch: int
+    epochs_run: int
+    config: TrainConfig
 
 
 def seed_everything(seed: int) -> None:
