@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -105,14 +105,14 @@ class Scaling:
         return torch.minimum(torch.maximum(z, self.low), self.high)
 
     def columns(self, index: slice) -> Scaling:
-        return Scaling(self.mean[index], self.std[index], self.low[index], self.high[index])
+        return Scaling(*(getattr(self, f.name)[index] for f in fields(self)))
 
     def to_json(self) -> dict[str, list[float]]:
-        return {name: getattr(self, name).tolist() for name in ("mean", "std", "low", "high")}
+        return {f.name: getattr(self, f.name).tolist() for f in fields(self)}
 
     @classmethod
     def from_json(cls, raw: dict[str, list[float]]) -> Scaling:
-        return cls(*(torch.tensor(raw[name], dtype=torch.float32) for name in ("mean", "std", "low", "high")))
+        return cls(*(torch.tensor(raw[f.name], dtype=torch.float32) for f in fields(cls)))
 
 
 @dataclass
