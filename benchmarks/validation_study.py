@@ -2,7 +2,8 @@
 
 Every hyper-parameter of `TrainConfig` was chosen this way (their docstrings give the figures), and a
 proposed change should be too: this trains PMGNS on the split's training records once per variant and
-seed, with early stopping on validation and no refit (the refit would train on validation), and
+seed (every member of its ensemble, each with its own early stopping on validation) and no refit (the
+refit would train on validation), and
 prints the analytical model's validation MAPE per target (what a correction has to beat), then the
 validation MAPE, Kendall tau and share within 10 % of each run, the mean per-family MAPE (each
 validation family counting once, as each unseen family does for a user) and the means over seeds,
@@ -21,7 +22,8 @@ MAPE, Kendall tau and median predicted over measured there, beside the analytica
 
 A variant is NAME=JSON, the JSON an object of TrainConfig fields; the shipped configuration runs first
 as the baseline unless --no-baseline. On the 2-core build machine a family-split run takes 8-12 minutes
-with one thread; two processes side by side (different --seeds) use both cores.
+per member with one thread ('{"members": 1}' for one network); two processes side by side (different
+--seeds) use both cores.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def main() -> int:
     from dippm_nas.training.evaluate import splits_for
     from dippm_nas.training.metrics import mape, summary
     from dippm_nas.training.records import load_records
-    from dippm_nas.training.train import TrainConfig, applied_corrections, fit, predict_targets
+    from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
 
     torch.set_num_threads(args.threads)
     ts = build_training_set(load_records())
@@ -115,7 +117,7 @@ def main() -> int:
         for seed in (int(s) for s in args.seeds.split(",")):
             start = time.perf_counter()
             config = replace(TrainConfig(), **overrides, seed=seed, refit=False)
-            fitted = fit(ts, split.train, split.val, config, label=f"{name} seed {seed}")
+            fitted = fit_split(ts, split, config, label=f"{name} seed {seed}")
             every = predict_targets(fitted, ts, split.val, every_correction=True)
             all_targets = applied_corrections(fitted, ts, split.val, every)
             predicted = all_targets[:, 0]

@@ -219,9 +219,9 @@ def _shipper(ts):
         if held_out_family is not None:  # the same configuration on the family split's test set
             extra["held_out_family_latency"] = held_out_family
         save(fitted, ts, trained_on, WEIGHTS / "pmgns", extra)
-        parameters = sum(p.numel() for p in fitted.model.parameters())
-        print(f"PMGNS (GraphSAGE) trained on {len(trained_on)} records, {fitted.epochs_run} epochs (chosen by early stopping on "
-              f"validation); test "
+        parameters = sum(p.numel() for model in fitted.models for p in model.parameters())
+        print(f"PMGNS (GraphSAGE, {len(fitted.models)} members) trained on {len(trained_on)} records, {fitted.epochs_run} "
+              f"epochs (chosen by early stopping on validation); test "
               f"latency MAPE {test['mape']:.2%}, Kendall tau {test['tau']:.3f}, within 10 % {test['within10']:.1%}; "
               f"weights {WEIGHTS / 'pmgns.safetensors'} ({parameters:,} parameters), card {WEIGHTS / 'pmgns.json'}")
 

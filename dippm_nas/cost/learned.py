@@ -1,6 +1,7 @@
 """PMGNS at prediction time: shipped weights (safetensors) and their model card (JSON).
 
-It answers only where it was trained: a device and precision in its card. Elsewhere it raises
+The shipped model is an ensemble of PMGNS networks trained from different seeds; a prediction is the
+geometric mean of theirs. It answers only where it was trained: a device and precision in its card. Elsewhere it raises
 :class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so.
 Latency is learned on every device of the card; energy and memory only on the devices where the
 harness measured them, and only where the training configuration applies their correction (the
@@ -24,7 +25,7 @@ import torch
 
 from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes, version_numbers
 from dippm_nas.cost.base import Estimate, register_cost_model
-from dippm_nas.cost.pmgns import PMGNS, TARGETS, log_latency
+from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
 from dippm_nas.graph.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
                                      one_hot_width)
 from dippm_nas.graph.model_graph import ModelGraph
@@ -71,7 +72,8 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in fitted.model.state_dict().items()}, str(path.with_suffix(".safetensors")))
+    members = torch.nn.ModuleList(fitted.models).state_dict()  # keys "<member>.<parameter>"
+    save_file({k: v.contiguous() for k, v in members.items()}, str(path.with_suffix(".safetensors")))
     records = [ts.records[i] for i in trained_on]
     target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
                       for i, t in enumerate(TARGETS) if t in fitted.config.corrected_targets}
@@ -79,7 +81,7 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
     card = {
         "config": vars(fitted.config), "static_features": ts.static_names,
         "static_scaling": fitted.static_scaling.to_json(), "node_scaling": fitted.node_scaling.to_json(),
-        "node_dim": int(ts.x[0].shape[1]), "devices": sorted({r.device for r in records}),
+        "node_dim": int(ts.x[0].shape[1]), "members": len(fitted.models), "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
         "target_devices": {t: d for t, d in target_devices.items() if d},
         "torch_versions": {d: max((r.torch for r in records if r.device == d), key=version_numbers)
@@ -91,20 +93,23 @@ def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
 
 
 @cache
-def load(path: Path = WEIGHTS / "pmgns") -> tuple[PMGNS, Card]:
+def load(path: Path = WEIGHTS / "pmgns") -> tuple[tuple[PMGNS, ...], Card]:
+    """The ensemble's networks and the card."""
     from safetensors.torch import load_file
 
     raw = json.loads(path.with_suffix(".json").read_text())
-    model = PMGNS(raw["node_dim"], len(raw["static_features"]), conv=raw["config"]["conv"], hidden=raw["config"]["hidden"])
-    model.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
-    model.eval()
+    config = raw["config"]
+    members = torch.nn.ModuleList([PMGNS(raw["node_dim"], len(raw["static_features"]), conv=config["conv"],
+                                         hidden=config["hidden"]) for _ in range(raw["members"])])
+    members.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
+    members.eval()
     card = Card(raw["config"], raw["static_features"], Scaling.from_json(raw["static_scaling"]),
                 Scaling.from_json(raw["node_scaling"]), tuple(raw["devices"]),
                 tuple(raw["precisions"]), frozenset(raw["families"]),
                 {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
                 tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
                 raw.get("held_out_family_latency", {}).get("mape"))
-    return model, card
+    return tuple(members), card
 
 
 def available(path: Path = WEIGHTS / "pmgns") -> bool:
@@ -124,55 +129,84 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _sage_output(projected: torch.Tensor, adjacency: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """A GraphSAGE convolution from its inputs projected by both linear maps at once (``[n, 2 *
-    hidden]``: neighbour half, own half): by linearity the mean over producers commutes with the
-    projection, so one matrix product and one sparse mean replace SAGEConv's two products."""
-    from torch_geometric.utils import spmm
-
-    neighbours, own = projected.chunk(2, dim=1)
-    return spmm(adjacency, neighbours.contiguous(), reduce="mean") + bias + own
-
-
 @dataclass(frozen=True)
 class FusedSage:
-    """A GraphSAGE network's convolutions, rearranged for one prediction; the output is the plain
-    network's up to rounding (``tests/training``).
+    """An ensemble of GraphSAGE networks rearranged for one prediction, its members side by side; the
+    output is the plain networks' up to rounding (``tests/training``).
 
     The first convolution is folded into the node features' standardisation: most node-feature
     columns are one-hot (kind, category), and standardised and clipped such a column takes one of
-    two values, so its part of ``features @ W.T`` is a row of ``W`` looked up, not multiplied. Each
-    later convolution is one product with its two linear maps stacked (:func:`_sage_output`), without
-    torch-geometric's message-passing dispatch, which took longer than the arithmetic."""
+    two values, so its part of ``features @ W.T`` is a row of ``W`` looked up, not multiplied. Every
+    convolution projects by its two linear maps at once (by linearity the mean over producers commutes
+    with the projection, so one product and one sparse mean replace SAGEConv's two products), every
+    member's in one batched product and their means in one sparse product over the shared adjacency,
+    and the heads run as batched products too: without torch-geometric's message-passing dispatch,
+    which took longer than the arithmetic, and with one operator per step for the whole ensemble."""
 
-    base: torch.Tensor  # [2 * hidden]: the first projections of an operator with every one-hot column off
-    switch: torch.Tensor  # [one-hot columns, 2 * hidden]: what turning each one on adds
-    dense_weight: torch.Tensor  # [dense columns, 2 * hidden]
+    base: torch.Tensor  # [members * 2 * hidden]: the first projections of an operator with every one-hot column off
+    switch: torch.Tensor  # [one-hot columns, members * 2 * hidden]: what turning each one on adds
+    dense_weight: torch.Tensor  # [dense columns, members * 2 * hidden]
     dense_scaling: Scaling
-    later: tuple[torch.Tensor, ...]  # per convolution after the first: [hidden, 2 * hidden], both linear maps
-    biases: tuple[torch.Tensor, ...]  # per convolution, the first included
-    norms: tuple[torch.nn.Module, ...]  # per convolution, the first included
+    later: tuple[torch.Tensor, ...]  # per convolution after the first: [members, hidden, 2 * hidden] (neighbour, own)
+    biases: tuple[torch.Tensor, ...]  # per convolution, the first included: [members, hidden]
+    norms: tuple[tuple[torch.Tensor, torch.Tensor, float], ...]  # per convolution: weight, bias [members, hidden], eps
+    heads: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per linear layer of the heads: [members, in, out], [members, 1, out]
 
     @classmethod
-    def of(cls, model: PMGNS, card: Card) -> FusedSage:
-        stacked = tuple(torch.cat([c.lin_l.weight, c.lin_r.weight]).detach().T.contiguous() for c in model.convs)
+    def of(cls, models: tuple[PMGNS, ...], card: Card) -> FusedSage:
+        def both(conv) -> torch.Tensor:  # [in, 2 * hidden]: the neighbour map's columns, then the own map's
+            return torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach().T
+
+        layers = range(len(models[0].convs))
+        first = torch.cat([both(m.convs[0]) for m in models], dim=1)
         k = one_hot_width()
         one_hot = card.node_scaling.columns(slice(None, k))
         off, on = one_hot(torch.zeros(k)), one_hot(torch.ones(k))
-        first = stacked[0]
-        return cls(base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
-                   dense_scaling=card.node_scaling.columns(slice(k, None)), later=stacked[1:],
-                   biases=tuple(c.lin_l.bias.detach() for c in model.convs), norms=tuple(model.norms))
+        linears = [[layer for layer in m.head if isinstance(layer, torch.nn.Linear)] for m in models]
+        return cls(
+            base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
+            dense_scaling=card.node_scaling.columns(slice(k, None)),
+            later=tuple(torch.stack([both(m.convs[i]) for m in models]) for i in layers[1:]),
+            biases=tuple(torch.stack([m.convs[i].lin_l.bias.detach() for m in models]) for i in layers),
+            norms=tuple((torch.stack([m.norms[i].weight.detach() for m in models]),
+                         torch.stack([m.norms[i].bias.detach() for m in models]), models[0].norms[i].eps) for i in layers),
+            heads=tuple((torch.stack([ls[j].weight.detach().T for ls in linears]),
+                         torch.stack([ls[j].bias.detach()[None] for ls in linears])) for j in range(len(linears[0]))))
 
     def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
-        """Every operator's output of the last convolution block."""
+        """Every operator's output of the last convolution block, per member: ``[operators, members, hidden]``."""
+        members, hidden = self.biases[0].shape
         dense = self.dense_scaling(torch.from_numpy(dense_node_features(table)))
         kind, category = (torch.from_numpy(columns) for columns in one_hot_columns(table))
-        projected = self.base + self.switch[kind] + self.switch[category] + dense @ self.dense_weight
-        h = torch.relu(self.norms[0](_sage_output(projected, adjacency, self.biases[0])))
-        for weight, bias, norm in zip(self.later, self.biases[1:], self.norms[1:]):
-            h = torch.relu(norm(_sage_output(h @ weight, adjacency, bias)))
+        projected = self.base + self.switch.index_select(0, kind) + self.switch.index_select(0, category) + dense @ self.dense_weight
+        h = self._block(projected.view(len(dense), members, 2 * hidden), adjacency, 0)
+        for i, weight in enumerate(self.later, start=1):
+            h = self._block(torch.bmm(h.transpose(0, 1), weight).transpose(0, 1), adjacency, i)
         return h
+
+    def _block(self, projected: torch.Tensor, adjacency: torch.Tensor, i: int) -> torch.Tensor:
+        """Convolution block ``i`` from its inputs projected by both linear maps, ``[n, members, 2 * hidden]``."""
+        from torch_geometric.utils import spmm
+
+        n, members, width = projected.shape
+        neighbours, own = projected.split(width // 2, dim=2)
+        mean = spmm(adjacency, neighbours.reshape(n, -1), reduce="mean").view(n, members, -1)
+        weight, bias, eps = self.norms[i]
+        normed = torch.nn.functional.layer_norm(mean + self.biases[i] + own, (width // 2,), eps=eps)
+        return torch.relu(normed * weight + bias)
+
+    def correction(self, h: torch.Tensor, time_share: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
+        """Each member's log-ratios, ``[members, targets]``, from :meth:`__call__`'s output, the operators'
+        time shares ``[1, operators]`` and the scaled static features ``[1, features]``: the read-out of
+        :meth:`PMGNS.readout` (mean, max, time-weighted mean) and the heads."""
+        n, members, hidden = h.shape
+        weighted = (time_share @ h.reshape(n, -1)).view(members, hidden)
+        x = torch.cat([h.mean(0), h.amax(0), weighted, static.expand(members, -1)], dim=1)[:, None]
+        for j, (weight, bias) in enumerate(self.heads):
+            x = torch.baddbmm(bias, x, weight)
+            if j < len(self.heads) - 1:
+                x = torch.relu(x)
+        return bounded(x[:, 0])
 
 
 class PMGNSCostModel:
@@ -182,7 +216,7 @@ class PMGNSCostModel:
         self.path = path
         self.analytical = AnalyticalCostModel()
 
-    def _loaded(self) -> tuple[PMGNS, Card]:
+    def _loaded(self) -> tuple[tuple[PMGNS, ...], Card]:
         if not available(self.path):  # a stat per call: checked once, then the loaded model is kept
             raise NotCovered(f"no trained PMGNS weights at {self.path}.safetensors (run `dippm-nas train`)")
         return load(self.path)
@@ -192,12 +226,12 @@ class PMGNSCostModel:
         return self._loaded()[1]
 
     @cached_property
-    def model(self) -> PMGNS:
+    def models(self) -> tuple[PMGNS, ...]:
         return self._loaded()[0]
 
     @cached_property
     def fused(self) -> FusedSage | None:
-        return FusedSage.of(self.model, self.card) if self.model.conv_name == "sage" else None
+        return FusedSage.of(self.models, self.card) if self.models[0].conv_name == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not."""
@@ -219,10 +253,10 @@ class PMGNSCostModel:
         inputs = record_inputs(table, request, self.analytical)
         analytical = inputs.estimate
         with torch.inference_mode(), one_thread():
-            out = self._correction(graph, inputs)
-            curve = torch.from_numpy(inputs.latency_curve).float()[None]
-            latency_ms = math.exp(float(log_latency(curve, out[:, 0])[0]))
-        ratio = dict(zip(TARGETS, (math.exp(v) for v in out[0].tolist())))
+            out = self._correction(graph, inputs)  # [members, targets]
+            curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
+            latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean
+        ratio = dict(zip(TARGETS, (math.exp(v) for v in out.mean(dim=0).tolist())))
         # The learned latency ratio scales the GPU time; the host's time to issue the operators stays.
         gpu_ms = analytical.latency_ms * (1 - inputs.features["host_wait_share"]) * ratio["latency_ms"]
         ratio["latency_ms"] = latency_ms / analytical.latency_ms
@@ -238,18 +272,17 @@ class PMGNSCostModel:
         )
 
     def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:
-        """The network's log-ratios for one configuration of ``graph``; a GraphSAGE network's
-        convolutions come fused."""
+        """Each member's log-ratios for one configuration of ``graph``, ``[members, targets]``; GraphSAGE
+        networks come fused."""
         raw = torch.tensor([[inputs.features[n] for n in self.card.static_features]], dtype=torch.float32)
         static = self.card.static_scaling(raw)
         time_share = torch.from_numpy(inputs.time_share)[None]
         adj = adjacency(graph)
         if self.fused is not None:
-            embedding = self.model.readout(self.fused(graph.table, adj), None, None, time_share)
-            return self.model.correction(torch.cat([embedding, static], dim=1))
+            return self.fused.correction(self.fused(graph.table, adj), time_share, static)
         x = self.card.node_scaling(node_feature_matrix(graph.table))
-        return self.model(x, adj, torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long), static,
-                          time_share)
+        one = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long)
+        return torch.cat([model(x, adj, *one, static, time_share) for model in self.models])
 
 
 def _learned_label(learned: list[str]) -> str:

@@ -117,19 +117,14 @@ class PMGNS(nn.Module):
         return h
 
     @staticmethod
-    def readout(h: torch.Tensor, batch: torch.Tensor | None, graph_of: torch.Tensor | None,
-                time_share: torch.Tensor) -> torch.Tensor:
+    def readout(h: torch.Tensor, batch: torch.Tensor, graph_of: torch.Tensor, time_share: torch.Tensor) -> torch.Tensor:
         """Per record: the mean and max over its graph's operators, and their mean weighted by
-        ``time_share`` (``[records, operators]``, sparse in training; each row sums to 1). One
-        prediction (``batch`` None: one graph, one record) reads out the same way without the scatter."""
+        ``time_share`` (``[records, operators]``, sparse in training; each row sums to 1)."""
         from torch_geometric.nn import global_max_pool, global_mean_pool
 
-        weighted = time_share @ h
-        if batch is None:
-            return torch.cat([h.mean(0, keepdim=True), h.amax(0, keepdim=True), weighted], dim=1)
         graphs = int(batch.max()) + 1 if batch.numel() else 0
         pooled = torch.cat([global_mean_pool(h, batch, graphs), global_max_pool(h, batch, graphs)], dim=1)
-        return torch.cat([pooled[graph_of], weighted], dim=1)
+        return torch.cat([pooled[graph_of], time_share @ h], dim=1)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, graph_of: torch.Tensor,
                 static: torch.Tensor, time_share: torch.Tensor) -> torch.Tensor:
@@ -144,4 +139,9 @@ class PMGNS(nn.Module):
 
     def correction(self, features: torch.Tensor) -> torch.Tensor:
         """The head: read-out embedding and static features to bounded log-ratios."""
-        return MAX_LOG_RATIO * torch.tanh(self.head(features) / MAX_LOG_RATIO)
+        return bounded(self.head(features))
+
+
+def bounded(raw: torch.Tensor) -> torch.Tensor:
+    """The head's output as a log-ratio within +-MAX_LOG_RATIO (smoothly: the identity near 0)."""
+    return MAX_LOG_RATIO * torch.tanh(raw / MAX_LOG_RATIO)

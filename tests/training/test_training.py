@@ -201,6 +201,42 @@ def test_refit_trains_on_training_and_validation_for_the_chosen_epochs(small_tra
     assert fit_split(ts, split, replace(config, refit=False), progress=False).epochs_run == chosen.epochs_run
 
 
+def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_set, tmp_path):
+    """Members from consecutive seeds, each refitted for the epochs the first seed's early stopping chose;
+    saved and loaded, the fused prediction (members side by side) is the plain networks' and training's."""
+    from dataclasses import replace
+
+    from dippm_nas import build_graph
+    from dippm_nas.cost.learned import PMGNSCostModel, load, save
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.hardware import get_device
+    from dippm_nas.inputs import TensorSpec
+    from dippm_nas.training.train import TrainConfig, fit_split, predict_targets
+
+    ts = small_training_set
+    split = random_split(len(ts.records), seed=0)
+    ensemble = fit_split(ts, split, TrainConfig(epochs=3, patience=10, batch_size=16, members=2), progress=False)
+    assert len(ensemble.models) == 2
+    alone = [predict_targets(replace(ensemble, models=(m,)), ts, split.test) for m in ensemble.models]
+    assert not np.allclose(alone[0][:, 0], alone[1][:, 0])  # two seeds, two networks
+    assert predict_targets(ensemble, ts, split.test) == pytest.approx(np.sqrt(alone[0] * alone[1]), rel=1e-5)
+    with pytest.raises(ValueError, match="members"):
+        TrainConfig(members=0)
+
+    save(ensemble, ts, split.train, tmp_path / "pmgns", {})
+    load.cache_clear()
+    learned = PMGNSCostModel(tmp_path / "pmgns")
+    assert len(learned.models) == 2 and learned.fused is not None
+    i = next(i for i, r in enumerate(ts.records) if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_versions[r.device])
+    r = ts.records[i]
+    graph = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
+    fused = learned.estimate(replace(graph), get_device(r.device), r.precision, r.layout).latency_ms
+    learned.__dict__["fused"] = None  # the cached property, overridden: the plain networks one by one
+    plain = learned.estimate(replace(graph), get_device(r.device), r.precision, r.layout).latency_ms
+    assert fused == pytest.approx(plain, rel=1e-5)
+    assert fused == pytest.approx(float(predict_targets(ensemble, ts, np.array([i]))[0, 0]), rel=1e-4)
+
+
 def test_shipped_weights_used_where_trained_and_not_elsewhere():
     from dippm_nas import predict
     from dippm_nas.cost.learned import available, load
