@@ -197,7 +197,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 def _training_config(args: argparse.Namespace):
     from dippm_nas.training.train import TrainConfig
 
-    return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience, refit=not args.no_refit)
+    return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience, refit=not args.no_refit,
+                       members=args.members)
 
 
 def _training_set():
@@ -280,6 +281,16 @@ def _ints(text: str) -> list[int]:
         raise DippmError(f"cannot read {text!r}: give integers separated by commas, e.g. 1,8,32.") from None
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"give a whole number of 1 or more, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dippm-nas",
@@ -354,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--epochs", type=int, default=60)
         t.add_argument("--patience", type=int, default=10, help="early stopping on validation MAPE")
         t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--members", type=_at_least_one, default=1,
+                       help="networks trained from different seeds, predicting together (their geometric mean): "
+                            "more accurate on unseen families, each adds its convolutions to every prediction")
         t.add_argument("--no-refit", action="store_true",
                        help="keep the early-stopped model instead of training again on training + validation "
                             "records for the epochs early stopping chose")

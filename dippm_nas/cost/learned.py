@@ -1,12 +1,13 @@
 """PMGNS at prediction time: shipped weights (safetensors) and their model card (JSON).
 
-The shipped model is an ensemble of PMGNS networks trained from different seeds; a prediction is the
-geometric mean of theirs. It answers only where it was trained: a device and precision in its card. Elsewhere it raises
-:class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so.
-Latency is learned on every device of the card; energy and memory only on the devices where the
-harness measured them, and only where the training configuration applies their correction (the
-card's ``target_devices``). Elsewhere energy is the analytical power times the learned time and memory
-the analytical liveness model, and the cost-model label says which.
+A model is an ensemble of one or more PMGNS networks trained from different seeds (the shipped one has
+one); a prediction is the geometric mean of theirs. It answers only where it was trained: a device and
+precision in its card. Elsewhere it raises :class:`NotCovered` and :func:`dippm_nas.predict_graph`
+falls back to the analytical model, saying so. Latency is learned on every device of the card; energy
+and memory only on the devices where the harness measured them, and only where the training
+configuration applies their correction (the card's ``target_devices``). Elsewhere energy is the
+analytical power times the learned time and memory the analytical liveness model, and the cost-model
+label says which.
 """
 
 from __future__ import annotations
@@ -281,8 +282,8 @@ class PMGNSCostModel:
         if self.fused is not None:
             return self.fused.correction(self.fused(graph.table, adj), time_share, static)
         x = self.card.node_scaling(node_feature_matrix(graph.table))
-        one = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long)
-        return torch.cat([model(x, adj, *one, static, time_share) for model in self.models])
+        one_graph = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long)  # batch, graph_of
+        return torch.cat([model(x, adj, *one_graph, static, time_share) for model in self.models])
 
 
 def _learned_label(learned: list[str]) -> str:
