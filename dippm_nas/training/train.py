@@ -61,16 +61,17 @@ class TrainConfig:
     #: split 6.47 / 5.94 % with it against 4.30 % (seeds 0 / 1).
     corrected_targets: tuple[str, ...] = ("latency_ms", "energy_j")
     #: Networks trained from different seeds (:func:`member_seed`); a prediction is the geometric mean of
-    #: theirs. Their errors on unseen families are partly independent, so the mean errs less than the
-    #: typical member: family split, validation, no refit, one thread, seeds 0-3 alone 5.96 / 5.88 /
-    #: 5.80 / 5.77 % MAPE, Kendall tau 0.9553 / 0.9548 / 0.9563 / 0.9569, mean per-family MAPE 9.59 /
-    #: 9.46 / 9.58 / 9.55 %; the mean of seeds 0-1 5.69 %, 0.9566, 9.24 %, of 0-2 5.62 %, 0.9573,
-    #: 9.27 %, of 0-3 5.60 %, 0.9577, 9.30 %. It does not carry to another GPU, where the error is a
-    #: bias the members share (trained on the RTX 3090, the H100's latency: 25.49 / 25.61 / 26.13 %
-    #: alone, 25.69 % together). The shipped model is one network: each member adds its convolutions
-    #: to every prediction (about 0.3 ms per graph of 256 operators here), and the prediction-time bar
-    #: is 5 ms. Early stopping runs once (the first member's) and every member is refitted for the
-    #: epochs it chose.
+    #: theirs. On unseen families it errs a little less than one network, by about as much as one seed
+    #: differs from another: family split, validation, one thread, ``benchmarks/validation_study.py
+    #: --variant 'three={"members": 3}'`` (seeds 0 / 1, at f9a0639): 5.40 / 5.75 % MAPE, Kendall tau
+    #: 0.9595 / 0.9562, per-family MAPE 9.23 / 9.43 %, against one network's 5.59 / 5.69 %, 0.9588 /
+    #: 0.9571, 9.30 / 9.30 %; ad hoc, seeds 0, 1, 2 trained alone 5.96 / 5.88 / 5.80 % and 0.9553 /
+    #: 0.9548 / 0.9563, their mean 5.62 % and 0.9573. It does not carry to another GPU, where the error
+    #: is a bias the members share (trained on the RTX 3090, the H100's latency: 25.49 / 25.61 /
+    #: 26.13 % alone, 25.69 % together). The shipped model is one network: each member adds its
+    #: convolutions to every prediction (about 0.3 ms per graph of 256 operators here) and the
+    #: prediction-time bar is 5 ms. Early stopping runs once (the first member's) and every member is
+    #: refitted for the epochs it chose.
     members: int = 1
 
     def __post_init__(self) -> None:
