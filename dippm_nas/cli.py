@@ -197,6 +197,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 def _training_config(args: argparse.Namespace):
     from dippm_nas.training.train import TrainConfig
 
+    if args.members < 1:
+        raise DippmError(f"--members {args.members}: an ensemble has 1 network or more (1 is the shipped model)")
     return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience, refit=not args.no_refit,
                        members=args.members)
 
@@ -234,9 +236,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dippm_nas.training.splits import random_split
     from dippm_nas.training.train import fit_split, predict_targets
 
+    config = _training_config(args)
     ts = _training_set()
     split = random_split(len(ts.records), args.seed)
-    fitted = fit_split(ts, split, _training_config(args), label="sage/random")
+    fitted = fit_split(ts, split, config, label="sage/random")
     _shipper(ts)(fitted, split, summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0]))
     return 0
 
@@ -244,8 +247,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.evaluate import DOCS, evaluate
 
+    config = _training_config(args)
     ts = _training_set()
-    results = evaluate(ts, _training_config(args), args.comparison_epochs, ship=_shipper(ts) if args.ship else None)
+    results = evaluate(ts, config, args.comparison_epochs, ship=_shipper(ts) if args.ship else None)
     for name, r in results["splits"].items():
         m = r["metrics"]
         print(f"{name:18s} " + "  ".join(f"{k}: MAPE {v['mape']:.1%} tau {v['tau']:.3f} within10 {v['within10']:.1%}"
@@ -279,16 +283,6 @@ def _ints(text: str) -> list[int]:
         return [int(v) for v in text.split(",") if v]
     except ValueError:
         raise DippmError(f"cannot read {text!r}: give integers separated by commas, e.g. 1,8,32.") from None
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"give a whole number of 1 or more, not {text!r}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -365,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--epochs", type=int, default=60)
         t.add_argument("--patience", type=int, default=10, help="early stopping on validation MAPE")
         t.add_argument("--seed", type=int, default=0)
-        t.add_argument("--members", type=_at_least_one, default=1,
+        t.add_argument("--members", type=int, default=1,
                        help="networks trained from different seeds, predicting together (their geometric mean): "
                             "more accurate on unseen families, each adds its convolutions to every prediction")
         t.add_argument("--no-refit", action="store_true",

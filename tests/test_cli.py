@@ -65,6 +65,7 @@ BAD_INPUTS = {
     "bad shape text": (["predict", "resnet18", "--input-shape", "3,a,b"], "cannot read the shape"),
     "unknown MIG profile": (["predict", "resnet18", "--device", "a100-40gb:9g.1gb"], "its profiles are"),
     "mig on a GPU without MIG": (["mig", "resnet18", "--device", "rtx4090"], "does not support MIG"),
+    "an ensemble of no network": (["train", "--members", "0"], "an ensemble has 1 network or more"),
 }
 
 

@@ -202,7 +202,7 @@ def test_refit_trains_on_training_and_validation_for_the_chosen_epochs(small_tra
 
 
 def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_set, tmp_path):
-    """Members from consecutive seeds, each refitted for the epochs the first seed's early stopping chose;
+    """Members from different seeds, each refitted for the epochs the first member's early stopping chose;
     saved and loaded, the fused prediction (members side by side) is the plain networks' and training's."""
     from dataclasses import replace
 
