@@ -66,11 +66,11 @@ class TrainConfig:
     #: --variant 'three={"members": 3}'`` (seeds 0 / 1, at f9a0639): 5.40 / 5.75 % MAPE, Kendall tau
     #: 0.9595 / 0.9562, per-family MAPE 9.23 / 9.43 %, against one network's 5.59 / 5.69 %, 0.9588 /
     #: 0.9571, 9.30 / 9.30 %; ad hoc, seeds 0, 1, 2 trained alone 5.96 / 5.88 / 5.80 % and 0.9553 /
-    #: 0.9548 / 0.9563, their mean 5.62 % and 0.9573. It does not carry to another GPU, where the error
-    #: is a bias the members share (trained on the RTX 3090, the H100's latency: 25.49 / 25.61 /
-    #: 26.13 % alone, 25.69 % together). The shipped model is one network: each member adds its
-    #: convolutions to every prediction (about 0.3 ms per graph of 256 operators here) and the
-    #: prediction-time bar is 5 ms. Early stopping runs once (the first member's) and every member is
+    #: 0.9548 / 0.9563, the geometric mean of their predictions 5.62 % and 0.9573. It does not carry to
+    #: another GPU, where the error is a bias the members share (trained on the RTX 3090, the H100's
+    #: latency: 25.49 / 25.61 / 26.13 % alone, 25.69 % together). The shipped model is one network:
+    #: each member adds its convolutions to every prediction (about 0.3 ms for resnet50's 175 operators
+    #: here) and the prediction-time bar is 5 ms. Early stopping runs once (the first member's) and every member is
     #: refitted for the epochs it chose.
     members: int = 1
 
