@@ -197,10 +197,11 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 def _training_config(args: argparse.Namespace):
     from dippm_nas.training.train import TrainConfig
 
-    if args.members < 1:
-        raise DippmError(f"--members {args.members}: an ensemble has 1 network or more (1 is the shipped model)")
-    return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience, refit=not args.no_refit,
-                       members=args.members)
+    try:
+        return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience, refit=not args.no_refit,
+                           members=args.members)
+    except ValueError as error:  # a setting TrainConfig refuses: said before any data is loaded
+        raise DippmError(str(error)) from None
 
 
 def _training_set():

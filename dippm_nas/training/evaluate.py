@@ -238,7 +238,7 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
               "validation, no refit, one network each (the early-stopped models themselves, to keep the comparison's cost).", "", "| split | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|"]
     for split in [s for s in splits_for(ts, config.seed) if s.name in comparison_splits]:
         for conv in COMPARISON:
-            cfg = TrainConfig(**{**asdict(config), "conv": conv, "epochs": comparison_epochs, "refit": False, "members": 1})
+            cfg = TrainConfig(**{**asdict(config), "conv": conv, "epochs": comparison_epochs, "refit": False})
             fitted = fit(ts, split.train, split.val, cfg, label=f"{conv}/{split.name}")
             m = summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0])
             results["comparison"].setdefault(split.name, {})[conv] = m

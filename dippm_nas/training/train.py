@@ -70,8 +70,8 @@ class TrainConfig:
     #: another GPU, where the error is a bias the members share (trained on the RTX 3090, the H100's
     #: latency: 25.49 / 25.61 / 26.13 % alone, 25.69 % together). The shipped model is one network:
     #: each member adds its convolutions to every prediction (about 0.3 ms for resnet50's 175 operators
-    #: here) and the prediction-time bar is 5 ms. Early stopping runs once (the first member's) and every member is
-    #: refitted for the epochs it chose.
+    #: here) and the prediction-time bar is 5 ms. Early stopping runs once (the first member's) and every
+    #: member is refitted for the epochs it chose.
     members: int = 1
 
     def __post_init__(self) -> None:
@@ -81,7 +81,7 @@ class TrainConfig:
             raise ValueError(f"corrected_targets must name {TARGETS[0]!r} and only targets among {TARGETS}; "
                              f"got {self.corrected_targets}")
         if self.members < 1:
-            raise ValueError(f"members must be 1 or more, got {self.members}")
+            raise ValueError(f"members {self.members}: an ensemble has 1 network or more (1 is the shipped model)")
 
 
 #: A feature (almost) constant in training keeps unit scale: dividing by its tiny spread would blow up
@@ -175,15 +175,10 @@ def log_predictions(out: torch.Tensor, ts: TrainingSet, idx: np.ndarray) -> torc
     return torch.cat([log_latency(curve, out[:, 0])[:, None], rest], dim=1)
 
 
-def _forward(model: PMGNS, ts: TrainingSet, xs: list[torch.Tensor], static: torch.Tensor,
-             idx: np.ndarray) -> torch.Tensor:
-    x, e, b, g, share = _collate(ts, xs, idx)
-    return model(x, e, b, g, static[idx], share)
-
-
 def _ensemble_log_predictions(models: tuple[PMGNS, ...], ts: TrainingSet, xs: list[torch.Tensor],
                               static: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
-    """The mean over ``models`` of their log-predictions for records ``idx`` (the log of the geometric mean)."""
+    """The mean over ``models`` of their log-predictions for records ``idx`` (the log of the geometric
+    mean; with one model, its own, as training reads it)."""
     x, e, b, g, share = _collate(ts, xs, idx)
     return torch.stack([log_predictions(m(x, e, b, g, static[idx], share), ts, idx) for m in models]).mean(dim=0)
 
@@ -252,7 +247,7 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
         order = rng.permutation(train_graphs)
         for start in range(0, len(order), config.batch_size):
             chunk = np.array([r for g in order[start:start + config.batch_size] for r in by_graph[int(g)]])
-            predicted = log_predictions(_forward(model, ts, xs, static, chunk), ts, chunk)
+            predicted = _ensemble_log_predictions((model,), ts, xs, static, chunk)
             m = mask[chunk]
             loss = loss_fn(predicted[m], y[chunk][m]) / max(1, int(m.sum()))
             optimizer.zero_grad()
