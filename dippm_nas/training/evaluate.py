@@ -3,6 +3,7 @@ the paper's GNN comparison, tables in ``docs/accuracy.md`` and predicted-against
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from dataclasses import asdict
@@ -12,7 +13,8 @@ import numpy as np
 
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
-from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES, cluster_bootstrap, kendall_tau, mape, summary
+from dippm_nas.training.metrics import (BOOTSTRAP_SAMPLES, cluster_bootstrap, kendall_tau, mape, median_ratio, summary,
+                                        tau_by_error_part)
 from dippm_nas.training.splits import Split, device_split, family_split, random_split
 from dippm_nas.training.train import (TrainConfig, applied_corrections, final_training_records, fit, fit_split,
                                       predict_targets)
@@ -89,17 +91,25 @@ def _plot_name(split: str, target: str = "latency_ms") -> str:
 WORST_FAMILIES = 6
 
 
-def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: np.ndarray) -> list[str]:
-    """Where a split's PMGNS error comes from: by memory layout, by PyTorch version, by family.
+def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: np.ndarray,
+               analytical: np.ndarray) -> list[str]:
+    """Where a split's PMGNS error comes from: a bias common to the whole test set (what a GPU never
+    seen in training leaves), the models' own errors against their configurations' (batch, GPU,
+    runtime), and by memory layout, by PyTorch version, by family.
 
     A family's share is its part of the split's total absolute percentage error, so a small family
     predicted very badly shows up next to a large one predicted a little badly.
     """
+    ratio = median_ratio(predicted, measured)
+    unbiased, own = tau_by_error_part(predicted, measured, ts.graph_of[split.test])
+    parts = [f"bias: median predicted / measured {ratio:.3f} (the analytical model's "
+             f"{median_ratio(analytical, measured):.3f}); with it divided out, MAPE {mape(predicted / ratio, measured):.1%}",
+             f"models against configurations: Kendall tau {unbiased:.3f} with each model's mean log error divided out "
+             f"(its configurations' errors alone), {own:.3f} with only that mean left (the models' own errors alone)"]
     errors = np.abs(predicted / measured - 1)
     records = [ts.records[i] for i in split.test]
     groups = {"layout": [r.layout for r in records], "PyTorch": [r.torch for r in records],
               "family": [r.family for r in records]}
-    parts = []
     for label, values in groups.items():
         values = np.array(values)
         rows = [(v, int((values == v).sum()), float(errors[values == v].mean()), float(errors[values == v].sum() / errors.sum()))
@@ -109,6 +119,30 @@ def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: n
             rows = rows[:WORST_FAMILIES]
         parts.append(f"{label}: " + ", ".join(f"{v} {n} rec. {e:.1%} MAPE ({share:.0%} of the error)" for v, n, e, share in rows))
     return parts
+
+
+#: What identifies a record in predictions.csv, beside its split and the latencies.
+PREDICTION_KEYS = ("model", "family", "device", "batch", "image_size", "precision", "layout", "torch")
+
+
+def _prediction_rows(ts: TrainingSet, split: Split, measured: np.ndarray,
+                     predictions: dict[str, np.ndarray]) -> list[dict[str, object]]:
+    """One row per test record of ``split``: what it is, its measured latency and each model's prediction."""
+    rows = []
+    for k, i in enumerate(split.test):
+        record = ts.records[i]
+        row: dict[str, object] = {"split": split.name, **{key: getattr(record, key) for key in PREDICTION_KEYS},
+                                  "measured_ms": f"{measured[k]:.6g}"}
+        row.update({f"{name.split(' ')[0].lower().replace('-', '_')}_ms": f"{p[k]:.6g}" for name, p in predictions.items()})
+        rows.append(row)
+    return rows
+
+
+def _write_predictions(rows: list[dict[str, object]], path: Path) -> None:
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def _fmt(m: dict[str, float]) -> str:
@@ -162,6 +196,7 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     it never saw."""
     results: dict[str, object] = {"config": asdict(config), "splits": {}, "comparison": {}}
     breakdowns: dict[str, list[str]] = {}
+    predictions: list[dict[str, object]] = []
     lines = ["# Accuracy", "",
              "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
              "RTX 3090 / RTX 4090 benchmarks, imported as they are, plus any GPU rows measured by the harness). "
@@ -209,7 +244,8 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
                                          "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
                                          "val_mape": fitted.best_val_mape, "n_train": len(split.train),
                                          "n_val": len(split.val), "n_test": len(split.test)}
-        breakdowns[split.name] = _breakdown(ts, split, pmgns[:, 0], measured)
+        predictions += _prediction_rows(ts, split, measured, preds)
+        breakdowns[split.name] = _breakdown(ts, split, pmgns[:, 0], measured, preds["analytical"])
         _plot(measured, preds, f"{UNITS['latency_ms']}, {split.name} split, test", docs / "accuracy" / _plot_name(split.name))
         for t, target in enumerate(TARGETS[1:], start=1):
             have = ~np.isnan(ts.targets[split.test, t])
@@ -228,8 +264,12 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/{_plot_name(s)})" for s in results["splits"]), ""]
     lines += _energy_memory_section(results["splits"], ts)
     lines += ["## Where the PMGNS error is", "",
-              "Test MAPE of PMGNS per memory layout, PyTorch version and (the worst) families, and each group's "
-              "share of the split's total error. Read only after the model was fixed: nothing here chose anything.", ""]
+              "Per split: PMGNS's bias (the median of predicted over measured) and its MAPE without it; Kendall tau "
+              "when each model's (graph's) mean error is taken out of its predictions and when it is all that is "
+              "left, which says whether the ranking is lost between models or between the configurations of one; "
+              "test MAPE per memory layout, PyTorch version and (the worst) families, and each group's share of "
+              "the split's total error. Every test prediction is in [predictions.csv](accuracy/predictions.csv). "
+              "Read only after the model was fixed: nothing here chose anything.", ""]
     for name, parts in breakdowns.items():
         lines += [f"- **{name}**"] + [f"  - {part}" for part in parts]
     lines.append("")
@@ -246,5 +286,6 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "accuracy.md").write_text("\n".join(lines) + "\n")
     (docs / "accuracy" / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    _write_predictions(predictions, docs / "accuracy" / "predictions.csv")
     return results
 

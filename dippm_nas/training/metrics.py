@@ -58,3 +58,23 @@ def cluster_bootstrap(metric: Callable[[np.ndarray, np.ndarray], float], predict
     tail = (1 - level) / 2 * 100
     low, high = np.nanpercentile(values, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def median_ratio(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The typical predicted / measured: a model's bias on a split, 1 when it has none."""
+    return float(np.median(predicted / measured))
+
+
+def per_group_log_bias(predicted: np.ndarray, measured: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each record's group's mean log(predicted / measured), per record."""
+    _, index = np.unique(groups, return_inverse=True)
+    log_error = np.log(predicted / measured)
+    return (np.bincount(index, weights=log_error) / np.bincount(index))[index]
+
+
+def tau_by_error_part(predicted: np.ndarray, measured: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """Where the ranking is lost, between groups and within them: Kendall tau with each group's mean log
+    error divided out of the predictions (what the errors within groups alone leave), and with only
+    that mean left (what the groups' own errors alone leave)."""
+    bias = np.exp(per_group_log_bias(predicted, measured, groups))
+    return kendall_tau(predicted / bias, measured), kendall_tau(measured * bias, measured)

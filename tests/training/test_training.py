@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from dippm_nas.training.metrics import cluster_bootstrap, kendall_tau, mape, within
+from dippm_nas.training.metrics import (cluster_bootstrap, kendall_tau, mape, median_ratio, per_group_log_bias,
+                                        tau_by_error_part, within)
 from dippm_nas.training.records import DATA, harness_records, timm_records
 from dippm_nas.training.splits import device_split, family_split, random_split
 
@@ -44,6 +45,22 @@ def test_metrics():
     assert kendall_tau(a, np.array([1.0, 3.0, 2.0, 4.0])) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant
     assert mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) == pytest.approx(0.10)
     assert within(np.array([109.0, 80.0]), np.array([100.0, 100.0])) == 0.5
+
+
+def test_error_parts_separate_each_models_bias_from_its_configurations_errors():
+    measured = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    models = np.array(["a", "a", "a", "b", "b", "b"])
+    # model a predicted 2x too slow throughout, b exactly: its bias is all the error there is
+    predicted = np.where(models == "a", 2.0, 1.0) * measured
+    assert per_group_log_bias(predicted, measured, models) == pytest.approx(np.log([2, 2, 2, 1, 1, 1]))
+    assert median_ratio(predicted, measured) == pytest.approx(1.5)
+    assert tau_by_error_part(predicted, measured, models)[0] == pytest.approx(1.0)
+    own = tau_by_error_part(predicted, measured, models)[1]
+    assert own == pytest.approx(kendall_tau(predicted, measured)) and own < 1.0
+    # no bias per model, only errors between its configurations: the other way round
+    swapped = np.array([2.0, 1.0, 3.0, 5.0, 4.0, 6.0])
+    unbiased, own = tau_by_error_part(swapped, measured, np.array(["a", "a", "a", "b", "b", "b"]))
+    assert own == pytest.approx(1.0) and unbiased == pytest.approx(kendall_tau(swapped, measured)) and unbiased < 1.0
 
 
 def test_family_bootstrap_interval_spans_what_the_families_disagree_on():
@@ -292,6 +309,14 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
         assert (tmp_path / "accuracy" / f"latency_{split.replace('->', '_to_')}.png").stat().st_size > 0
     assert "PMGNS (GraphSAGE)" in report and "log-linear" in report and "MLP (static features only)" in report
     assert "layout: nchw" in report and "of the error" in report and "95 % intervals" in report
+    assert "bias: median predicted / measured" in report and "models against configurations" in report
+    with (tmp_path / "accuracy" / "predictions.csv").open() as rows:
+        rows = list(csv.DictReader(rows))
+    assert len(rows) == sum(split["n_test"] for split in results["splits"].values())
+    assert {"split", "model", "device", "batch", "measured_ms", "pmgns_ms", "analytical_ms", "log_linear_ms"} <= set(rows[0])
+    random_rows = [r for r in rows if r["split"] == "random"]
+    assert mape(np.array([float(r["pmgns_ms"]) for r in random_rows]), np.array([float(r["measured_ms"]) for r in random_rows])
+                ) == pytest.approx(results["splits"]["random"]["metrics"]["PMGNS (GraphSAGE)"]["mape"], rel=1e-4)
     for split in results["splits"].values():
         for m in split["metrics"].values():
             assert m["mape_interval"][0] <= m["mape_interval"][1] and m["tau_interval"][0] <= m["tau_interval"][1]
