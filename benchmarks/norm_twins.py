@@ -1,0 +1,88 @@
+"""What a model's normalization costs, from twins that differ in it alone.
+
+timm has models whose only difference is the normalization layer: resnet50 and resnet50_gn (batch
+norm against group norm), resnetv2_50d and its _gn, _evos (EvoNorm) and _frn (filter response norm)
+variants, efficientnet_b0 / b3 and their _gn variants. Under autocast, batch norm runs in half; group
+norm is on autocast's float32 list, so its output, the activation after it and the cast back to half
+before the next convolution move float32 (EvoNorm and FRN end in float32 through their float32
+parameters). The analytical model charges those bytes at the GPU's peak bandwidth.
+
+For every configuration (GPU, PyTorch, layout, image size, batch) where timm measured both twins, this
+prints the measured latency ratio (variant over batch-norm twin) beside the analytical model's, and the
+variant's measured latency over its analytical one, which is a floor where the bytes are right: a
+measurement under it moved fewer bytes than the model charges. Then the harness's measured memory of
+the group-norm models beside the analytical peak, which does include their float32 outputs.
+
+Every record is read, test sets of `dippm-nas evaluate` included: it describes the data and chooses
+nothing.
+
+    python benchmarks/norm_twins.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import warnings
+
+#: (batch-norm model, variant): the same network, another normalization.
+TWINS = (("resnet50", "resnet50_gn"), ("resnetv2_50d", "resnetv2_50d_gn"), ("resnetv2_50d", "resnetv2_50d_evos"),
+         ("resnetv2_50d", "resnetv2_50d_frn"), ("efficientnet_b0", "efficientnet_b0_gn"),
+         ("efficientnet_b3", "efficientnet_b3_gn"))
+
+
+def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    warnings.filterwarnings("ignore")
+    import numpy as np
+
+    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.hardware.registry import get_device
+    from dippm_nas.training.dataset import load_graphs
+    from dippm_nas.training.records import load_records
+
+    names = {name for pair in TWINS for name in pair}
+    records = [r for r in load_records() if r.model in names]
+    graphs = load_graphs({r.graph_key for r in records})
+    model = AnalyticalCostModel()
+
+    def analytical(record):
+        device, release = get_device(record.device), torch_release(record.torch)
+        table = scale_batch(graphs[record.graph_key], record.batch).table
+        roofline = model.roofline(table, device, record.precision, record.layout, release)
+        return model.summarize(table, roofline, device, record.precision, release=release)
+
+    def config(record):
+        return record.device, record.torch, record.layout, record.image_size, record.batch
+
+    by_config = collections.defaultdict(dict)
+    for r in records:
+        if r.graph_key in graphs:
+            by_config[r.model][config(r)] = r
+    print("variant / batch-norm twin, measured against analytical latency; the variant's measured / analytical "
+          "latency (under 1: faster than its bytes at peak bandwidth)")
+    for base, variant in TWINS:
+        shared = sorted(set(by_config[base]) & set(by_config[variant]))
+        for key in shared:
+            a, b = by_config[base][key], by_config[variant][key]
+            measured = b.latency_ms / a.latency_ms
+            estimate_b = analytical(b).latency_ms
+            predicted = estimate_b / analytical(a).latency_ms
+            device, torch_version, layout, size, batch = key
+            print(f"  {variant:<20} {device:<8} torch {torch_version:<6} {layout} {size}px batch {batch:<5} measured "
+                  f"{measured:4.2f}, analytical {predicted:4.2f}; {variant} measured / analytical {b.latency_ms / estimate_b:4.2f}")
+    harness = [r for r in records if r.memory_mb is not None and "gn" in r.model]
+    if harness:
+        print("\nthe harness's group-norm models: measured memory against the analytical peak (float32 outputs included)")
+        for r in sorted(harness, key=lambda r: (r.model, r.batch)):
+            estimate = analytical(r)
+            print(f"  {r.model:<20} {r.device} batch {r.batch:<4} measured {r.memory_mb:8.1f} MiB, analytical "
+                  f"{estimate.memory_mib:8.1f} MiB ({r.memory_mb / estimate.memory_mib:4.2f}); latency measured / analytical "
+                  f"{r.latency_ms / estimate.latency_ms:4.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
