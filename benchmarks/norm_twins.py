@@ -14,9 +14,12 @@ measurement under it moved fewer bytes than the model charges. Then the harness'
 the group-norm models beside the analytical peak, which does include their float32 outputs.
 
 Every record is read, test sets of `dippm-nas evaluate` included: it describes the data and chooses
-nothing.
+nothing. Which kernels the group-norm models run in NCHW is for a GPU to say: ``--manifest`` writes the
+twins' configurations timm measured (fp16, both layouts) for the harness's kernel profile.
 
     python benchmarks/norm_twins.py
+    python benchmarks/norm_twins.py --manifest data/manifests/norm_twins.csv
+    python -m dippm_nas.measure --kernels --manifest data/manifests/norm_twins.csv --out data/measurements/kernels/h100.csv
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ TWINS = (("resnet50", "resnet50_gn"), ("resnetv2_50d", "resnetv2_50d_gn"), ("res
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", metavar="CSV", help="also write the twins' configurations as a harness manifest")
+    args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import numpy as np
 
@@ -73,6 +78,8 @@ def main() -> int:
             device, torch_version, layout, size, batch = key
             print(f"  {variant:<20} {device:<8} torch {torch_version:<6} {layout} {size}px batch {batch:<5} measured "
                   f"{measured:4.2f}, analytical {predicted:4.2f}; {variant} measured / analytical {b.latency_ms / estimate_b:4.2f}")
+    if args.manifest:
+        _write_twins_manifest(by_config, args.manifest)
     harness = [r for r in records if r.memory_mb is not None and "gn" in r.model]
     if harness:
         print("\nthe harness's group-norm models: measured memory against the analytical peak (float32 outputs included)")
@@ -82,6 +89,25 @@ def main() -> int:
                   f"{estimate.memory_mib:8.1f} MiB ({r.memory_mb / estimate.memory_mib:4.2f}); latency measured / analytical "
                   f"{r.latency_ms / estimate.latency_ms:4.2f}")
     return 0
+
+
+#: The batch of the kernel profile: large enough for the GPU to bind, as in timm's rows.
+PROFILE_BATCH = 256
+
+
+def _write_twins_manifest(by_config: dict, path: str) -> None:
+    """Each twin at every input size and layout timm measured both at, fp16, batch PROFILE_BATCH."""
+    from dippm_nas.measure.config import MeasureConfig, write_manifest
+
+    configs = {}
+    for base, variant in TWINS:
+        for _, _, layout, size, _ in set(by_config[base]) & set(by_config[variant]):
+            for name in (base, variant):
+                record = by_config[name][next(k for k in by_config[name] if k[2:4] == (layout, size))]
+                configs[(name, size, layout)] = MeasureConfig(name, (3, size, size), PROFILE_BATCH, "fp16", "timm",
+                                                              record.family, layout)
+    write_manifest([configs[k] for k in sorted(configs)], path)
+    print(f"{len(configs)} configurations written to {path}\n")
 
 
 if __name__ == "__main__":
