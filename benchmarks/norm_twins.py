@@ -40,7 +40,6 @@ def main() -> int:
     parser.add_argument("--manifest", metavar="CSV", help="also write the twins' configurations as a harness manifest")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    import numpy as np
 
     from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
     from dippm_nas.graph.batching import scale_batch
