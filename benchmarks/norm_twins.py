@@ -41,10 +41,11 @@ def main() -> int:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
-    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+    from dataclasses import asdict
+
+    from dippm_nas.cost.analytical import AnalyticalCostModel
     from dippm_nas.graph.batching import scale_batch
-    from dippm_nas.hardware.registry import get_device
-    from dippm_nas.training.dataset import load_graphs
+    from dippm_nas.training.dataset import load_graphs, record_inputs
     from dippm_nas.training.records import load_records
 
     names = {name for pair in TWINS for name in pair}
@@ -53,10 +54,8 @@ def main() -> int:
     model = AnalyticalCostModel()
 
     def analytical(record):
-        device, release = get_device(record.device), torch_release(record.torch)
-        table = scale_batch(graphs[record.graph_key], record.batch).table
-        roofline = model.roofline(table, device, record.precision, record.layout, release)
-        return model.summarize(table, roofline, device, record.precision, release=release)
+        """The analytical estimate of a record, as the data set's is made."""
+        return record_inputs(scale_batch(graphs[record.graph_key], record.batch).table, asdict(record), model).estimate
 
     def config(record):
         return record.device, record.torch, record.layout, record.image_size, record.batch

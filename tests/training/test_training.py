@@ -310,8 +310,8 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
     assert "PMGNS (GraphSAGE)" in report and "log-linear" in report and "MLP (static features only)" in report
     assert "layout: nchw" in report and "of the error" in report and "95 % intervals" in report
     assert "bias: median predicted / measured" in report and "models against configurations" in report
-    with (tmp_path / "accuracy" / "predictions.csv").open() as rows:
-        rows = list(csv.DictReader(rows))
+    with (tmp_path / "accuracy" / "predictions.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
     assert len(rows) == sum(split["n_test"] for split in results["splits"].values())
     assert {"split", "model", "device", "batch", "measured_ms", "pmgns_ms", "analytical_ms", "log_linear_ms"} <= set(rows[0])
     random_rows = [r for r in rows if r["split"] == "random"]
