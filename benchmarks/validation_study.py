@@ -14,6 +14,7 @@ The test records are never predicted.
     python benchmarks/validation_study.py --variant 'wide={"hidden": 128}' --seeds 0,1
     python benchmarks/validation_study.py --split random --no-baseline --variant 'short={"epochs": 20}'
     python benchmarks/validation_study.py --split 'rtx3090->rtx4090' --transfer h100-sxm --seeds 0
+    python benchmarks/validation_study.py --seeds 0 --predictions val.csv     # every validation prediction, to study
 
 A device split's validation records are the training GPU's, so they say nothing of how a choice carries
 to another GPU; ``--transfer DEVICE`` also predicts the latency of a GPU's records that are in none of
@@ -75,6 +76,8 @@ def main() -> int:
                         help="a configuration to compare, as TrainConfig overrides; repeatable")
     parser.add_argument("--no-baseline", action="store_true", help="leave out the shipped configuration")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--predictions", metavar="CSV",
+                        help="write every run's validation predictions beside the measurements to this CSV")
     parser.add_argument("--transfer", metavar="DEVICE",
                         help="also predict this GPU's records, which must be in none of the split's sets")
     args = parser.parse_args()
@@ -112,6 +115,7 @@ def main() -> int:
             print(f"analytical model alone: {target} validation MAPE "
                   f"{mape(ts.analytical[split.val, column][has], ts.targets[split.val, column][has]):.2%} "
                   f"on {int(has.sum())} records", flush=True)
+    rows: list[dict] = []
     for name, overrides in variants:
         runs = []
         for seed in (int(s) for s in args.seeds.split(",")):
@@ -125,6 +129,11 @@ def main() -> int:
             m["family_mape"] = float(np.mean([mape(predicted[families == f], measured[families == f])
                                               for f in np.unique(families)]))
             runs.append(m)
+            rows += [{"variant": name, "seed": seed, "model": ts.records[i].model, "family": ts.records[i].family,
+                      "device": ts.records[i].device, "batch": ts.records[i].batch, "image_size": ts.records[i].image_size,
+                      "layout": ts.records[i].layout, "torch": ts.records[i].torch, "measured_ms": truth,
+                      "analytical_ms": ts.analytical[i, 0], "predicted_ms": guess}
+                     for i, truth, guess in zip(split.val.tolist(), measured.tolist(), predicted.tolist())]
             print(f"{name} seed {seed}: validation MAPE {m['mape']:.2%}, Kendall tau {m['tau']:.4f}, within 10 % "
                   f"{m['within10']:.1%}, mean per-family MAPE {m['family_mape']:.2%} (early stopping chose "
                   f"{fitted.best_epoch + 1} epochs; {time.perf_counter() - start:.0f} s)", flush=True)
@@ -143,6 +152,14 @@ def main() -> int:
         print(f"{name} {json.dumps(overrides)}: mean over {len(runs)} seeds: MAPE {means['mape']:.2%}, tau "
               f"{means['tau']:.4f}, within 10 % {means['within10']:.1%}, per-family MAPE {means['family_mape']:.2%}",
               flush=True)
+    if args.predictions:
+        import csv
+
+        with open(args.predictions, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {len(rows)} validation predictions to {args.predictions}", flush=True)
     return 0
 
 
