@@ -18,7 +18,7 @@ enough, then the lowest address); the remainder of a block split off when it is 
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 
 import numpy as np
@@ -54,9 +54,9 @@ class CachingAllocator:
     for speed: a prediction replays about a thousand requests.)"""
 
     def __init__(self) -> None:
-        # free blocks per pool (small or not), sorted by (size, segment, offset): best fit is a bisection
-        self._pools: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
-        self._free: dict[tuple[int, int, int], _Block] = {}
+        # free blocks per pool (small or not) as (size, segment, offset, block), sorted: best fit is a
+        # bisection, and (size, segment, offset) is unique, so the block itself is never compared
+        self._pools: dict[bool, list[tuple[int, int, int, _Block]]] = {True: [], False: []}
         self._segments = 0
         self.reserved = self.peak_reserved = self.allocated = self.peak_allocated = 0
 
@@ -64,9 +64,9 @@ class CachingAllocator:
         size = -(-int(nbytes) // MIN_BLOCK) * MIN_BLOCK or MIN_BLOCK
         small = size <= SMALL_REQUEST
         pool = self._pools[small]
-        i = bisect.bisect_left(pool, (size, -1, -1))
+        i = bisect_left(pool, (size,))
         if i < len(pool):
-            block = self._free.pop(pool.pop(i))
+            block = pool.pop(i)[3]
         else:
             segment = segment_size(size)
             self._segments += 1
@@ -107,15 +107,11 @@ class CachingAllocator:
         self._insert(block)
 
     def _insert(self, block: _Block) -> None:
-        key = (block.size, block.segment, block.offset)
-        bisect.insort(self._pools[block.small], key)
-        self._free[key] = block
+        insort(self._pools[block.small], (block.size, block.segment, block.offset, block))
 
     def _remove(self, block: _Block) -> None:
-        key = (block.size, block.segment, block.offset)
         pool = self._pools[block.small]
-        del pool[bisect.bisect_left(pool, key)]
-        del self._free[key]
+        del pool[bisect_left(pool, (block.size, block.segment, block.offset))]
 
 
 def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray, casts: np.ndarray,
@@ -136,25 +132,26 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1)).tolist()
     held: dict[int, _Block] = {}
     freed_by = order.tolist()
-    for i, (owner, size, copies, scratch) in enumerate(zip(owns.tolist(), outputs.tolist(),
-                                                              _tensors(casts, len(outputs)),
-                                                              _tensors(workspace, len(outputs)))):
-        temporaries = [allocator.malloc(b) for b in copies] if copies else ()
+    copies_of, scratch_of = _tensors(casts, len(outputs)), _tensors(workspace, len(outputs))
+    malloc, free = allocator.malloc, allocator.free
+    for i, (owner, size) in enumerate(zip(owns.tolist(), outputs.tolist())):
+        copies = copies_of.get(i)
+        temporaries = [malloc(b) for b in copies] if copies else ()
         if owner:
-            held[i] = allocator.malloc(size)
+            held[i] = malloc(size)
+        scratch = scratch_of.get(i)
         if scratch:
-            for block in [allocator.malloc(b) for b in scratch]:
-                allocator.free(block)
+            for block in [malloc(b) for b in scratch]:
+                free(block)
         for block in temporaries:
-            allocator.free(block)
+            free(block)
         for j in freed_by[ends[i]:ends[i + 1]]:
-            allocator.free(held.pop(j))
+            free(held.pop(j))
     return allocator
 
 
-def _tensors(sizes: np.ndarray, n: int) -> list[tuple[float, ...]]:
-    """Per operator, the sizes of its tensors that are not empty (most operators have none)."""
+def _tensors(sizes: np.ndarray, n: int) -> dict[int, tuple[float, ...]]:
+    """The sizes of each operator's tensors that are not empty, for the operators that have some (few do)."""
     rows = np.asarray(sizes, dtype=np.float64).reshape(n, -1)
-    rows = rows[:, (rows > 0).any(axis=0)]
-    return [tuple(b for b in row if b > 0) if some else () for row, some in
-            zip(rows.tolist(), (rows > 0).any(axis=1).tolist())]
+    some = np.flatnonzero((rows > 0).any(axis=1))
+    return {i: tuple(b for b in row if b > 0) for i, row in zip(some.tolist(), rows[some].tolist())}
