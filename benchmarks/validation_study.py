@@ -36,6 +36,7 @@ import sys
 import time
 import warnings
 from dataclasses import fields, replace
+from pathlib import Path
 
 
 def _variant(text: str) -> tuple[str, dict]:
@@ -89,7 +90,7 @@ def main() -> int:
     import torch
 
     from dippm_nas.training.dataset import build_training_set
-    from dippm_nas.training.evaluate import splits_for
+    from dippm_nas.training.evaluate import PREDICTION_KEYS, splits_for, write_predictions
     from dippm_nas.training.metrics import mape, summary
     from dippm_nas.training.records import load_records
     from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
@@ -129,10 +130,8 @@ def main() -> int:
             m["family_mape"] = float(np.mean([mape(predicted[families == f], measured[families == f])
                                               for f in np.unique(families)]))
             runs.append(m)
-            rows += [{"variant": name, "seed": seed, "model": ts.records[i].model, "family": ts.records[i].family,
-                      "device": ts.records[i].device, "batch": ts.records[i].batch, "image_size": ts.records[i].image_size,
-                      "layout": ts.records[i].layout, "torch": ts.records[i].torch, "measured_ms": truth,
-                      "analytical_ms": ts.analytical[i, 0], "predicted_ms": guess}
+            rows += [{"variant": name, "seed": seed, **{key: getattr(ts.records[i], key) for key in PREDICTION_KEYS},
+                      "measured_ms": truth, "analytical_ms": ts.analytical[i, 0], "predicted_ms": guess}
                      for i, truth, guess in zip(split.val.tolist(), measured.tolist(), predicted.tolist())]
             print(f"{name} seed {seed}: validation MAPE {m['mape']:.2%}, Kendall tau {m['tau']:.4f}, within 10 % "
                   f"{m['within10']:.1%}, mean per-family MAPE {m['family_mape']:.2%} (early stopping chose "
@@ -153,12 +152,7 @@ def main() -> int:
               f"{means['tau']:.4f}, within 10 % {means['within10']:.1%}, per-family MAPE {means['family_mape']:.2%}",
               flush=True)
     if args.predictions:
-        import csv
-
-        with open(args.predictions, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_predictions(rows, Path(args.predictions))
         print(f"wrote {len(rows)} validation predictions to {args.predictions}", flush=True)
     return 0
 

@@ -138,7 +138,8 @@ def _prediction_rows(ts: TrainingSet, split: Split, measured: np.ndarray,
     return rows
 
 
-def _write_predictions(rows: list[dict[str, object]], path: Path) -> None:
+def write_predictions(rows: list[dict[str, object]], path: Path) -> None:
+    """Prediction rows (one dict per record, the same keys in each) as a CSV."""
     with path.open("w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -286,6 +287,6 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "accuracy.md").write_text("\n".join(lines) + "\n")
     (docs / "accuracy" / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    _write_predictions(predictions, docs / "accuracy" / "predictions.csv")
+    write_predictions(predictions, docs / "accuracy" / "predictions.csv")
     return results
 
