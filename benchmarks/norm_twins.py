@@ -38,10 +38,12 @@ TWINS = (("resnet50", "resnet50_gn"), ("resnetv2_50d", "resnetv2_50d_gn"), ("res
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", metavar="CSV", help="also write the twins' configurations as a harness manifest")
+    parser.add_argument("--kernels", metavar="CSV", help="also compare the twins in this kernel profile "
+                        "(python -m dippm_nas.measure --kernels), e.g. data/measurements/kernels/h100.csv")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from dippm_nas.cost.analytical import AnalyticalCostModel
     from dippm_nas.graph.batching import scale_batch
@@ -86,7 +88,54 @@ def main() -> int:
             print(f"  {r.model:<20} {r.device} batch {r.batch:<4} measured {r.memory_mb:8.1f} MiB, analytical "
                   f"{estimate.memory_mib:8.1f} MiB ({r.memory_mb / estimate.memory_mib:4.2f}); latency measured / analytical "
                   f"{r.latency_ms / estimate.latency_ms:4.2f}")
+    if args.kernels:
+        _compare_profiles(args.kernels, by_config, lambda record: analytical(record).latency_ms, replace)
     return 0
+
+
+#: ATen operators whose self time the profile comparison names; the rest is summed as "other".
+PROFILE_OPERATORS = ("aten::cudnn_convolution", "aten::cudnn_batch_norm", "aten::native_group_norm", "aten::copy_")
+
+
+def _compare_profiles(path: str, by_config: dict, analytical_ms, replace) -> None:
+    """Kernel time per iteration of each twin in the profile, against the analytical model on its GPU."""
+    import csv
+
+    from dippm_nas.training.records import GPU_NAMES
+
+    device_us = collections.defaultdict(float)  # (model, size, layout, kind) -> self device time
+    by_operator = collections.defaultdict(float)  # (model, size, layout, operator)
+    gpus = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["status"] != "ok":
+                continue
+            config = (row["model"], int(row["input_shape"].split("x")[-1]), row["layout"])
+            gpus[config] = GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), row["torch"].split("+")[0]
+            device_us[(*config, row["kind"])] += float(row["device_us"])
+            if row["kind"] == "operator":
+                name = row["name"] if row["name"] in PROFILE_OPERATORS else "other"
+                by_operator[(*config, name)] += float(row["device_us"])
+    print(f"\nkernel profile {path}: variant / batch-norm twin, time in GPU kernels per iteration against the "
+          "analytical ratio on that GPU; the variant's kernel time by ATen operator (self time)")
+    for base, variant in TWINS:
+        for config in sorted(c for c in gpus if c[0] == variant):
+            _, size, layout = config
+            twin = (base, size, layout)
+            if (*twin, "kernel") not in device_us:
+                continue
+            ratio = device_us[(*config, "kernel")] / device_us[(*twin, "kernel")]
+            device, torch_version = gpus[config]
+            estimates = []
+            for name in (base, variant):  # a record at this input size, so that its graph is loaded
+                record = next(r for r in by_config[name].values() if r.image_size == size)
+                estimates.append(analytical_ms(replace(record, device=device, layout=layout, batch=PROFILE_BATCH,
+                                                       precision="fp16", torch=torch_version)))
+            total = device_us[(*config, "kernel")]
+            split = ", ".join(f"{name.removeprefix('aten::')} {by_operator[(*config, name)] / total:4.0%}"
+                              for name in (*PROFILE_OPERATORS, "other") if by_operator[(*config, name)])
+            print(f"  {variant:<20} {device:<8} torch {torch_version} {layout} {size}px batch {PROFILE_BATCH}  measured {ratio:4.2f} "
+                  f"({total / 1000:6.1f} ms), analytical {estimates[1] / estimates[0]:4.2f}; {split}")
 
 
 #: The batch of the kernel profile: large enough for the GPU to bind, as in timm's rows.
