@@ -1,0 +1,104 @@
+"""Where a GPU's time goes by kind of operator, against where the analytical model puts it.
+
+The harness's kernel profile (``python -m dippm_nas.measure --kernels``) gives every ATen operator's own
+time in GPU kernels per iteration. This sums it by the graph's operator categories (convolution,
+normalization, activation, elementwise, ...; ``ATEN_CATEGORIES`` says which ATen operator counts as
+which, copies and casts apart) and sets each sum beside the analytical model's roofline time of the
+graph's operators of that category, for the same model, input size, batch, precision and layout on
+the same GPU. A category whose ratio stands far from 1 in every configuration is a kernel the
+roofline's peak does not describe; one near 1 is modelled. The whole model's ratio is the GPU's time
+in kernels over the analytical latency (which includes the host's issue time where it binds).
+
+It describes the profile and chooses nothing.
+
+    python benchmarks/kernel_breakdown.py
+    python benchmarks/kernel_breakdown.py --kernels data/measurements/kernels/h100.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import statistics
+import sys
+import warnings
+
+#: ATen operators (as the profiler names them) by the category of the graph operators they run;
+#: the ones missing here count as "other". Copies are casts and layout conversions: the graph has no
+#: operator of theirs, the analytical model charges casts inside the operators that need them.
+ATEN_CATEGORIES = {
+    "conv": ("aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::slow_conv2d_forward"),
+    "matmul": ("aten::addmm", "aten::mm", "aten::bmm"),
+    "norm": ("aten::cudnn_batch_norm", "aten::native_batch_norm", "aten::native_group_norm", "aten::native_layer_norm"),
+    "activation": ("aten::clamp_min_", "aten::relu_", "aten::relu", "aten::silu_", "aten::silu", "aten::sigmoid",
+                   "aten::gelu", "aten::hardswish_", "aten::hardsigmoid_"),
+    "elementwise": ("aten::add_", "aten::add", "aten::mul", "aten::mul_", "aten::div", "aten::sub", "aten::square",
+                    "aten::pow", "aten::rsqrt", "aten::sqrt", "aten::maximum"),
+    "reduce": ("aten::mean", "aten::var", "aten::sum"),
+    "pool": ("aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::adaptive_avg_pool2d"),
+    "copy": ("aten::copy_",),
+}
+SHOWN = ("conv", "matmul", "norm", "activation", "elementwise", "reduce", "pool", "copy", "other")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", default="data/measurements/kernels/h100.csv", metavar="CSV",
+                        help="a kernel profile of the harness (default: %(default)s)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+
+    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.hardware import get_device
+    from dippm_nas.training.dataset import load_graphs
+    from dippm_nas.training.records import GPU_NAMES
+
+    category_of = {name: category for category, names in ATEN_CATEGORIES.items() for name in names}
+    measured_us = collections.defaultdict(lambda: collections.defaultdict(float))  # config -> category -> us
+    about = {}
+    with open(args.kernels, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["status"] != "ok" or row["kind"] != "operator":
+                continue
+            config = (row["source"], row["model"], row["input_shape"], int(row["batch"]), row["precision"], row["layout"])
+            about[config] = GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), row["torch"].split("+")[0]
+            measured_us[config][category_of.get(row["name"], "other")] += float(row["device_us"])
+    graphs = load_graphs({f"{source}:{model}@{shape.split('x')[-1]}" for source, model, shape, *_ in measured_us})
+    model = AnalyticalCostModel()
+    print(f"{args.kernels}: time in GPU kernels per iteration by category, over the analytical model's roofline "
+          "time of that category (measured ms / analytical ms); 'copy' has no analytical counterpart")
+    print(f"  {'configuration':<44} {'GPU':<9} {'whole':>6}  " + "  ".join(f"{c:>17}" for c in SHOWN))
+    ratios = collections.defaultdict(list)
+    for config in sorted(measured_us):
+        source, name, shape, batch, precision, layout = config
+        graph = graphs.get(f"{source}:{name}@{shape.split('x')[-1]}")
+        if graph is None:
+            print(f"  {name}: no graph in the store (dippm-nas dataset --featurize)")
+            continue
+        device, torch_version = about[config]
+        table = scale_batch(graph, batch).table
+        roofline = model.roofline(table, get_device(device), precision, layout, torch_release(torch_version))
+        analytical_ms = collections.defaultdict(float)
+        for node, seconds in zip(graph.nodes, roofline.time_s.tolist()):
+            analytical_ms[node.category if node.category in SHOWN else "other"] += seconds * 1e3
+        measured = {c: us / 1e3 for c, us in measured_us[config].items()}
+        whole = sum(measured.values()) / (roofline.latency_s * 1e3)
+        ratios["whole"].append(whole)
+        cells = []
+        for category in SHOWN:
+            got, expected = measured.get(category, 0.0), analytical_ms.get(category, 0.0)
+            if category != "copy" and got and expected:
+                ratios[category].append(got / expected)
+            cells.append(f"{got:6.2f}/{expected:6.2f}" + (f" {got / expected:4.2f}" if got and expected else "     ")
+                         if got or expected else " " * 17)
+        label = f"{name} {shape} b{batch} {precision} {layout}"
+        print(f"  {label:<44} {device:<9} {whole:6.2f}  " + "  ".join(f"{c:>17}" for c in cells))
+    print("median measured / analytical over the configurations: " + ", ".join(
+        f"{c} {statistics.median(v):.2f} ({len(v)})" for c, v in ratios.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
