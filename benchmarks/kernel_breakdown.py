@@ -9,10 +9,13 @@ the same GPU. A category whose ratio stands far from 1 in every configuration is
 roofline's peak does not describe; one near 1 is modelled. The whole model's ratio is the GPU's time
 in kernels over the analytical latency (which includes the host's issue time where it binds).
 
-It describes the profile and chooses nothing.
+It describes the profile and chooses nothing. ``--manifest`` writes what to profile next: one model of
+every family among the configurations the harness measured, at the largest batch measured, so that
+each profile sits beside a measured latency.
 
     python benchmarks/kernel_breakdown.py
     python benchmarks/kernel_breakdown.py --kernels data/measurements/kernels/h100.csv
+    python benchmarks/kernel_breakdown.py --manifest data/manifests/kernels_per_family.csv
 """
 
 from __future__ import annotations
@@ -46,8 +49,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", default="data/measurements/kernels/h100.csv", metavar="CSV",
                         help="a kernel profile of the harness (default: %(default)s)")
+    parser.add_argument("--manifest", metavar="CSV", help="write instead a manifest of one measured model per family "
+                        "(from --measured), for the harness's next kernel profile")
+    parser.add_argument("--measured", default="data/measurements/h100.csv", metavar="CSV",
+                        help="the harness's latency rows --manifest draws from (default: %(default)s)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    if args.manifest:
+        _write_per_family_manifest(args.measured, args.manifest)
+        return 0
 
     from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
     from dippm_nas.graph.batching import scale_batch
@@ -98,6 +108,25 @@ def main() -> int:
     print("median measured / analytical over the configurations: " + ", ".join(
         f"{c} {statistics.median(v):.2f} ({len(v)})" for c, v in ratios.items()))
     return 0
+
+
+def _write_per_family_manifest(measured: str, path: str) -> None:
+    """The first model the harness measured of each family (its manifest goes one family at a time), at
+    the largest batch it measured without running out of memory, in the same precision and layout."""
+    from dippm_nas.measure.config import MeasureConfig, write_manifest
+
+    chosen: dict[str, dict] = {}
+    with open(measured, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["status"] != "ok":
+                continue
+            kept = chosen.setdefault(row["family"], row)
+            if kept["model"] == row["model"] and int(row["batch"]) > int(kept["batch"]):
+                chosen[row["family"]] = row
+    configs = [MeasureConfig(r["model"], tuple(int(d) for d in r["input_shape"].split("x")), int(r["batch"]),
+                             r["precision"], r["source"], r["family"], r["layout"]) for r in chosen.values()]
+    write_manifest(configs, path)
+    print(f"{len(configs)} configurations (one model of each of {len(chosen)} families) written to {path}")
 
 
 if __name__ == "__main__":
