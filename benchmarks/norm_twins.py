@@ -43,7 +43,7 @@ def main() -> int:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
-    from dataclasses import asdict, replace
+    from dataclasses import asdict
 
     from dippm_nas.cost.analytical import AnalyticalCostModel
     from dippm_nas.graph.batching import scale_batch
@@ -89,7 +89,7 @@ def main() -> int:
                   f"{estimate.memory_mib:8.1f} MiB ({r.memory_mb / estimate.memory_mib:4.2f}); latency measured / analytical "
                   f"{r.latency_ms / estimate.latency_ms:4.2f}")
     if args.kernels:
-        _compare_profiles(args.kernels, by_config, lambda record: analytical(record).latency_ms, replace)
+        _compare_profiles(args.kernels, by_config, lambda record: analytical(record).latency_ms)
     return 0
 
 
@@ -97,21 +97,23 @@ def main() -> int:
 PROFILE_OPERATORS = ("aten::cudnn_convolution", "aten::cudnn_batch_norm", "aten::native_group_norm", "aten::copy_")
 
 
-def _compare_profiles(path: str, by_config: dict, analytical_ms, replace) -> None:
+def _compare_profiles(path: str, by_config: dict, analytical_ms) -> None:
     """Kernel time per iteration of each twin in the profile, against the analytical model on its GPU."""
     import csv
+    from dataclasses import replace
 
     from dippm_nas.training.records import GPU_NAMES
 
     device_us = collections.defaultdict(float)  # (model, size, layout, kind) -> self device time
     by_operator = collections.defaultdict(float)  # (model, size, layout, operator)
-    gpus = {}
+    runs = {}  # (model, size, layout) -> (device, PyTorch release, batch, precision)
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
             if row["status"] != "ok":
                 continue
             config = (row["model"], int(row["input_shape"].split("x")[-1]), row["layout"])
-            gpus[config] = GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), row["torch"].split("+")[0]
+            runs[config] = (GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), row["torch"].split("+")[0],
+                            int(row["batch"]), row["precision"])
             device_us[(*config, row["kind"])] += float(row["device_us"])
             if row["kind"] == "operator":
                 name = row["name"] if row["name"] in PROFILE_OPERATORS else "other"
@@ -119,22 +121,22 @@ def _compare_profiles(path: str, by_config: dict, analytical_ms, replace) -> Non
     print(f"\nkernel profile {path}: variant / batch-norm twin, time in GPU kernels per iteration against the "
           "analytical ratio on that GPU; the variant's kernel time by ATen operator (self time)")
     for base, variant in TWINS:
-        for config in sorted(c for c in gpus if c[0] == variant):
+        for config in sorted(c for c in runs if c[0] == variant):
             _, size, layout = config
             twin = (base, size, layout)
             if (*twin, "kernel") not in device_us:
                 continue
             ratio = device_us[(*config, "kernel")] / device_us[(*twin, "kernel")]
-            device, torch_version = gpus[config]
+            device, torch_version, batch, precision = runs[config]
             estimates = []
             for name in (base, variant):  # a record at this input size, so that its graph is loaded
                 record = next(r for r in by_config[name].values() if r.image_size == size)
-                estimates.append(analytical_ms(replace(record, device=device, layout=layout, batch=PROFILE_BATCH,
-                                                       precision="fp16", torch=torch_version)))
+                estimates.append(analytical_ms(replace(record, device=device, layout=layout, batch=batch,
+                                                       precision=precision, torch=torch_version)))
             total = device_us[(*config, "kernel")]
             split = ", ".join(f"{name.removeprefix('aten::')} {by_operator[(*config, name)] / total:4.0%}"
                               for name in (*PROFILE_OPERATORS, "other") if by_operator[(*config, name)])
-            print(f"  {variant:<20} {device:<8} torch {torch_version} {layout} {size}px batch {PROFILE_BATCH}  measured {ratio:4.2f} "
+            print(f"  {variant:<20} {device:<8} torch {torch_version} {layout} {size}px batch {batch}  measured {ratio:4.2f} "
                   f"({total / 1000:6.1f} ms), analytical {estimates[1] / estimates[0]:4.2f}; {split}")
 
 
