@@ -59,41 +59,35 @@ def main() -> int:
         _write_per_family_manifest(args.measured, args.manifest)
         return 0
 
+    from pathlib import Path
+
     from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
     from dippm_nas.training.dataset import load_graphs
-    from dippm_nas.training.records import GPU_NAMES
+    from dippm_nas.training.records import operator_times
 
     category_of = {name: category for category, names in ATEN_CATEGORIES.items() for name in names}
-    measured_us = collections.defaultdict(lambda: collections.defaultdict(float))  # config -> category -> us
-    about = {}
-    with open(args.kernels, newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["status"] != "ok" or row["kind"] != "operator":
-                continue
-            config = (row["source"], row["model"], row["input_shape"], int(row["batch"]), row["precision"], row["layout"])
-            about[config] = GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), row["torch"].split("+")[0]
-            measured_us[config][category_of.get(row["name"], "other")] += float(row["device_us"])
-    graphs = load_graphs({f"{source}:{model}@{shape.split('x')[-1]}" for source, model, shape, *_ in measured_us})
+    times = operator_times(Path(args.kernels))
+    graphs = load_graphs({run.graph_key for run in times})
     model = AnalyticalCostModel()
     print(f"{args.kernels}: time in GPU kernels per iteration by category, over the analytical model's roofline "
           "time of that category (measured ms / analytical ms); 'copy' has no analytical counterpart")
     print(f"  {'configuration':<44} {'GPU':<9} {'whole':>6}  " + "  ".join(f"{c:>17}" for c in SHOWN))
     ratios = collections.defaultdict(list)
-    for config in sorted(measured_us):
-        source, name, shape, batch, precision, layout = config
-        graph = graphs.get(f"{source}:{name}@{shape.split('x')[-1]}")
+    for run in sorted(times, key=lambda r: (r.source, r.model, r.input_shape, r.batch, r.precision, r.layout)):
+        graph = graphs.get(run.graph_key)
         if graph is None:
-            print(f"  {name}: no graph in the store (dippm-nas dataset --featurize)")
+            print(f"  {run.model}: no graph in the store (dippm-nas dataset --featurize)")
             continue
-        device, torch_version = about[config]
-        table = scale_batch(graph, batch).table
-        roofline = model.roofline(table, get_device(device), precision, layout, torch_release(torch_version))
+        table = scale_batch(graph, run.batch).table
+        roofline = model.roofline(table, get_device(run.device), run.precision, run.layout, torch_release(run.torch))
         analytical_ms = collections.defaultdict(float)
         for node, seconds in zip(graph.nodes, roofline.time_s.tolist()):
             analytical_ms[node.category if node.category in SHOWN else "other"] += seconds * 1e3
-        measured = {c: us / 1e3 for c, us in measured_us[config].items()}
+        measured = collections.defaultdict(float)
+        for name, us in times[run].items():
+            measured[category_of.get(name, "other")] += us / 1e3
         whole = sum(measured.values()) / (roofline.latency_s * 1e3)
         ratios["whole"].append(whole)
         cells = []
@@ -103,8 +97,8 @@ def main() -> int:
                 ratios[category].append(got / expected)
             cells.append(f"{got:6.2f}/{expected:6.2f}" + (f" {got / expected:4.2f}" if got and expected else "     ")
                          if got or expected else " " * 17)
-        label = f"{name} {shape} b{batch} {precision} {layout}"
-        print(f"  {label:<44} {device:<9} {whole:6.2f}  " + "  ".join(f"{c:>17}" for c in cells))
+        label = f"{run.model} {run.input_shape} b{run.batch} {run.precision} {run.layout}"
+        print(f"  {label:<44} {run.device:<9} {whole:6.2f}  " + "  ".join(f"{c:>17}" for c in cells))
     print("median measured / analytical over the configurations: " + ", ".join(
         f"{c} {statistics.median(v):.2f} ({len(v)})" for c, v in ratios.items()))
     return 0

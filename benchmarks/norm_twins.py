@@ -99,45 +99,32 @@ PROFILE_OPERATORS = ("aten::cudnn_convolution", "aten::cudnn_batch_norm", "aten:
 
 def _compare_profiles(path: str, by_config: dict, analytical_ms) -> None:
     """Kernel time per iteration of each twin in the profile, against the analytical model on its GPU."""
-    import csv
     from dataclasses import replace
+    from pathlib import Path
 
-    from dippm_nas.training.records import GPU_NAMES
+    from dippm_nas.training.records import operator_times
 
-    device_us = collections.defaultdict(float)  # (model, size, layout, kind) -> self device time
-    by_operator = collections.defaultdict(float)  # (model, size, layout, operator)
-    runs = {}  # (model, size, layout) -> (device, PyTorch release, batch, precision)
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["status"] != "ok":
-                continue
-            config = (row["model"], int(row["input_shape"].split("x")[-1]), row["layout"])
-            runs[config] = (GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), row["torch"].split("+")[0],
-                            int(row["batch"]), row["precision"])
-            device_us[(*config, row["kind"])] += float(row["device_us"])
-            if row["kind"] == "operator":
-                name = row["name"] if row["name"] in PROFILE_OPERATORS else "other"
-                by_operator[(*config, name)] += float(row["device_us"])
+    times = operator_times(Path(path))
     print(f"\nkernel profile {path}: variant / batch-norm twin, time in GPU kernels per iteration against the "
           "analytical ratio on that GPU; the variant's kernel time by ATen operator (self time)")
     for base, variant in TWINS:
-        for config in sorted(c for c in runs if c[0] == variant):
-            _, size, layout = config
-            twin = (base, size, layout)
-            if (*twin, "kernel") not in device_us:
+        for run in sorted((r for r in times if r.model == variant), key=lambda r: (r.image_size, r.layout)):
+            twin = next((r for r in times if r.model == base and (r.image_size, r.layout) == (run.image_size, run.layout)), None)
+            if twin is None:
                 continue
-            ratio = device_us[(*config, "kernel")] / device_us[(*twin, "kernel")]
-            device, torch_version, batch, precision = runs[config]
+            total = sum(times[run].values())
+            ratio = total / sum(times[twin].values())
             estimates = []
             for name in (base, variant):  # a record at this input size, so that its graph is loaded
-                record = next(r for r in by_config[name].values() if r.image_size == size)
-                estimates.append(analytical_ms(replace(record, device=device, layout=layout, batch=batch,
-                                                       precision=precision, torch=torch_version)))
-            total = device_us[(*config, "kernel")]
-            split = ", ".join(f"{name.removeprefix('aten::')} {by_operator[(*config, name)] / total:4.0%}"
-                              for name in (*PROFILE_OPERATORS, "other") if by_operator[(*config, name)])
-            print(f"  {variant:<20} {device:<8} torch {torch_version} {layout} {size}px batch {batch}  measured {ratio:4.2f} "
-                  f"({total / 1000:6.1f} ms), analytical {estimates[1] / estimates[0]:4.2f}; {split}")
+                record = next(r for r in by_config[name].values() if r.image_size == run.image_size)
+                estimates.append(analytical_ms(replace(record, device=run.device, layout=run.layout, batch=run.batch,
+                                                       precision=run.precision, torch=run.torch)))
+            named = {name: times[run].get(name, 0.0) for name in PROFILE_OPERATORS}
+            named["other"] = total - sum(named.values())
+            split = ", ".join(f"{name.removeprefix('aten::')} {us / total:4.0%}" for name, us in named.items() if us)
+            print(f"  {variant:<20} {run.device:<8} torch {run.torch.split('+')[0]} {run.layout} {run.image_size}px "
+                  f"batch {run.batch}  measured {ratio:4.2f} ({total / 1000:6.1f} ms), analytical "
+                  f"{estimates[1] / estimates[0]:4.2f}; {split}")
 
 
 #: The batch of the kernel profile: large enough for the GPU to bind, as in timm's rows.

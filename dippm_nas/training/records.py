@@ -48,8 +48,12 @@ class Record:
 
     @property
     def graph_key(self) -> str:
-        """Graphs are featurized once per (model, input size), at batch 1."""
-        return f"{self.source}:{self.model}@{self.image_size}"
+        return graph_key(self.source, self.model, self.image_size)
+
+
+def graph_key(source: str, model: str, image_size: int) -> str:
+    """Graphs are featurized once per (model, input size), at batch 1."""
+    return f"{source}:{model}@{image_size}"
 
 
 def _float(value: str | None) -> float | None:
@@ -108,6 +112,43 @@ def harness_records(folder: Path = DATA / "measurements") -> list[Record]:
                     protocol=row["protocol"], origin=f"data/measurements/{path.name}",
                 ))
     return records
+
+
+@dataclass(frozen=True)
+class ProfiledRun:
+    """One configuration of a kernel profile (``dippm-nas measure --kernels``), named as a record is."""
+
+    model: str
+    source: str
+    input_shape: str  # as the harness writes it, e.g. 3x224x224
+    batch: int
+    precision: str
+    layout: str
+    device: str
+    torch: str
+
+    @property
+    def image_size(self) -> int:
+        return int(self.input_shape.split("x")[-1])
+
+    @property
+    def graph_key(self) -> str:
+        return graph_key(self.source, self.model, self.image_size)
+
+
+def operator_times(path: Path) -> dict[ProfiledRun, dict[str, float]]:
+    """Per configuration a kernel profile measured, each ATen operator's own time in GPU kernels per
+    iteration (us); self times partition the GPU's time, so they add up to the configuration's."""
+    times: dict[ProfiledRun, dict[str, float]] = {}
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["status"] != "ok" or row["kind"] != "operator":
+                continue
+            run = ProfiledRun(model=row["model"], source=row["source"], input_shape=row["input_shape"], batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],
+                              device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"])
+            operators = times.setdefault(run, {})
+            operators[row["name"]] = operators.get(row["name"], 0.0) + float(row["device_us"])
+    return times
 
 
 def load_records() -> list[Record]:
