@@ -60,6 +60,37 @@ class CachingAllocator:
         self._segments = 0
         self.reserved = self.peak_reserved = self.allocated = self.peak_allocated = 0
 
+    def reserve(self, requests: Iterable[float]) -> None:
+        """``malloc`` each request that is not empty, for tensors never freed (weights, inputs), into a
+        new allocator: the same segments, free blocks and counts, faster. Before anything is freed,
+        every free block is the tail of its segment after blocks that stay allocated, so a free block
+        needs no neighbours and an allocated one no block at all."""
+        if self._segments:
+            raise RuntimeError("reserve() is for an allocator nothing was allocated from yet")
+        pools: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        segments = reserved = allocated = 0
+        for nbytes in requests:
+            if nbytes <= 0:
+                continue
+            size = -(-int(nbytes) // MIN_BLOCK) * MIN_BLOCK or MIN_BLOCK
+            small = size <= SMALL_REQUEST
+            pool = pools[small]
+            i = bisect_left(pool, (size,))
+            if i < len(pool):
+                block_size, segment, offset = pool.pop(i)
+            else:
+                segments += 1
+                block_size, segment, offset = segment_size(size), segments, 0
+                reserved += block_size
+            rest = block_size - size
+            if rest >= MIN_BLOCK if small else rest > SMALL_REQUEST:
+                insort(pool, (rest, segment, offset + size))
+                block_size = size
+            allocated += block_size
+        self._pools = {small: [(*key, _Block(*key, small)) for key in pool] for small, pool in pools.items()}
+        self._segments, self.reserved, self.allocated = segments, reserved, allocated
+        self.peak_reserved, self.peak_allocated = reserved, allocated
+
     def malloc(self, nbytes: float) -> _Block:
         size = -(-int(nbytes) // MIN_BLOCK) * MIN_BLOCK or MIN_BLOCK
         small = size <= SMALL_REQUEST
@@ -80,7 +111,7 @@ class CachingAllocator:
             if block.next is not None:
                 block.next.prev = tail
             block.next, block.size = tail, size
-            self._insert(tail)
+            insort(pool, (rest, tail.segment, tail.offset, tail))
         block.free = False
         self.allocated += block.size
         if self.allocated > self.peak_allocated:
@@ -90,29 +121,22 @@ class CachingAllocator:
     def free(self, block: _Block) -> None:
         self.allocated -= block.size
         block.free = True
+        pool = self._pools[block.small]  # a segment's blocks share its pool
         before, after = block.prev, block.next
         if before is not None and before.free:
-            self._remove(before)
+            del pool[bisect_left(pool, (before.size, before.segment, before.offset))]
             before.size += block.size
             before.next = after
             if after is not None:
                 after.prev = before
             block = before
         if after is not None and after.free:
-            self._remove(after)
+            del pool[bisect_left(pool, (after.size, after.segment, after.offset))]
             block.size += after.size
             block.next = after.next
             if after.next is not None:
                 after.next.prev = block
-        self._insert(block)
-
-    def _insert(self, block: _Block) -> None:
-        insort(self._pools[block.small], (block.size, block.segment, block.offset, block))
-
-    def _remove(self, block: _Block) -> None:
-        pool = self._pools[block.small]
-        del pool[bisect_left(pool, (block.size, block.segment, block.offset))]
-
+        insort(pool, (block.size, block.segment, block.offset, block))
 
 def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray, casts: np.ndarray,
            workspace: np.ndarray) -> CachingAllocator:
@@ -123,9 +147,7 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     the operator ``free_step`` names. ``casts[i]`` and ``workspace[i]`` are a size or a row of sizes,
     one per tensor, allocated in turn: how big each tensor is decides which cached block it fits."""
     allocator = CachingAllocator()
-    for nbytes in resident:
-        if nbytes > 0:
-            allocator.malloc(nbytes)
+    allocator.reserve(resident)
     owns = (free_step >= 0) & (outputs > 0)
     owned = np.flatnonzero(owns)
     order = owned[np.argsort(free_step[owned], kind="stable")]

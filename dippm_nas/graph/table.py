@@ -1,9 +1,10 @@
 """A graph as columns: every per-operator number the learned features and the analytical model read,
-taken in one pass over the operators.
+taken from the operators once.
 
 PMGNS has to predict in a few milliseconds once the graph exists; walking the operators in Python
-once per consumer (batch-1 copy, node features, roofline, liveness) cost most of that. This pass is the
-one Python loop on the path; everything after it is numpy over its columns. It reads the graph at its
+once per consumer (batch-1 copy, node features, roofline, liveness) cost most of that. Here each
+column is read from the operators (or their tensors) by one C-level pass, ``map`` into ``np.fromiter``,
+with no Python loop per operator; everything after is numpy over the columns. It reads the graph at its
 own batch B and also keeps the per-sample (batch-1) values the features are defined on: every
 activation of rank two or more has B times the elements of its sample, and FLOPs are B times a
 sample's (the inverse of :func:`dippm_nas.graph.batching.scale_batch`).
@@ -15,6 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from functools import cache
+from operator import attrgetter
 
 import numpy as np
 
@@ -31,6 +33,10 @@ SHAPE_COLUMNS = ("kernel_h", "kernel_w", "groups", "n_inputs", "rank",
 _KERNEL_H, _KERNEL_W = SHAPE_COLUMNS.index("kernel_h"), SHAPE_COLUMNS.index("kernel_w")
 _STRIDE_H, _STRIDE_W = SHAPE_COLUMNS.index("strides_0"), SHAPE_COLUMNS.index("strides_1")
 _GROUPS = SHAPE_COLUMNS.index("groups")
+_N_INPUTS, _RANK = SHAPE_COLUMNS.index("n_inputs"), SHAPE_COLUMNS.index("rank")
+_SPATIAL = slice(SHAPE_COLUMNS.index("strides_0"), len(SHAPE_COLUMNS))
+#: The attributes behind the shape columns other than the kernel's size (which a convolution's weight has).
+_SHAPED_ATTRS = frozenset({*SPATIAL_ATTRS, "groups"})
 
 #: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
 #: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
@@ -60,12 +66,28 @@ def _pair(value: object) -> tuple[float, float]:
     return items[0], items[1]
 
 
-def _per_sample(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
-    """The shape for one sample: the first dimension that the batch divides, divided by it.
-
-    The batch leads almost always; attention's (3, B, heads, N, d) after the qkv split does not."""
-    k = next((i for i, d in enumerate(shape) if d % batch == 0), 0)
-    return (*shape[:k], shape[k] // batch, *shape[k + 1:])
+def _per_sample_tails(shapes: list[tuple[int, ...]], batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each shape's rank, and the last ``MAX_RANK`` dimensions of one sample's, left-aligned and padded
+    with zeros (``[len(shapes), MAX_RANK]``). A shape of rank two or more holds the batch in its first
+    dimension that the batch divides (the first dimension where none does), as numpy columns: the batch
+    leads almost always; attention's (3, B, heads, N, d) after the qkv split does not."""
+    k = len(shapes)
+    rank = np.fromiter(map(len, shapes), dtype=np.int64, count=k)
+    dims = np.zeros((k, max(int(rank.max(initial=0)), 1)), dtype=np.int64)
+    starts = np.repeat(np.cumsum(rank) - rank, rank)
+    flat = np.fromiter(itertools.chain.from_iterable(shapes), dtype=np.int64, count=len(starts))
+    dims[np.repeat(np.arange(k), rank), np.arange(len(flat)) - starts] = flat
+    if batch > 1:
+        divisible = (np.arange(dims.shape[1]) < rank[:, None]) & (dims % batch == 0)
+        first = np.where(divisible.any(axis=1), divisible.argmax(axis=1), 0)
+        batched = np.flatnonzero(rank >= 2)
+        dims[batched, first[batched]] //= batch
+    kept = np.minimum(rank, MAX_RANK)
+    column = np.arange(MAX_RANK)
+    rows, columns = np.nonzero(column < kept[:, None])
+    tails = np.zeros((k, MAX_RANK))
+    tails[rows, columns] = dims[rows, (rank - kept)[rows] + columns]
+    return rank, tails
 
 
 #: ATen's bilinear and bicubic upsampling of an NCHW input (``upsample_bilinear2d_out_frame`` in
@@ -189,88 +211,111 @@ class NodeTable:
     def of(cls, graph: ModelGraph) -> NodeTable:
         kinds, categories = _indices()
         other_kind = kinds["other"]
-        batch = max(graph.batch, 1)
-        rows: list[tuple] = []  # one per operator: the columns below, in the order cls() reads them
-        tensor_bytes: list[int] = []
-        add, prod, dtype_size, block = rows.append, math.prod, DTYPE_BYTES.get, ALLOCATOR_BLOCK_BYTES
-        pad = (0,) * MAX_RANK
-        no_spatial = (0.0,) * (2 * len(SPATIAL_ATTRS))
-        for node in graph.nodes:
-            f32_in = f32_out = other = read1 = written1 = block_full = block_f32 = block_f32_half = w_numel = w_bytes = 0
-            f32_weight = False
-            for t in node.inputs:
-                count = prod(t.shape)
-                if t.dtype == "float32":
-                    f32_in += count
-                    read1 += (count // batch if len(t.shape) >= 2 else count) * 4
-                else:
-                    size = dtype_size(t.dtype, 4)
-                    other += count * size
-                    read1 += (count // batch if len(t.shape) >= 2 else count) * size
-            for t in node.outputs:
-                count = prod(t.shape)
-                if t.dtype == "float32":
-                    f32_out += count
-                    size = 4
-                    block_f32 += -(-count * 4 // block) * block
-                    block_f32_half += -(-count * 2 // block) * block
-                else:
-                    size = dtype_size(t.dtype, 4)
-                    other += count * size
-                block_full += -(-count * size // block) * block
-                written1 += (count // batch if len(t.shape) >= 2 else count) * size
-            for t in node.weights:
-                count = prod(t.shape)
-                w_numel += count
-                w_bytes += count * dtype_size(t.dtype, 4)
-                tensor_bytes.append(count * dtype_size(t.dtype, 4))
-                f32_weight = f32_weight or (count > 1 and t.dtype == "float32")
-            attrs = node.attrs
-            category = node.category
-            out = node.outputs[0].shape if node.outputs else ()
-            if batch > 1 and len(out) >= 2:
-                out = (out[0] // batch, *out[1:]) if out[0] % batch == 0 else _per_sample(out, batch)
-            tail = out[-MAX_RANK:]
-            conv = category == "conv" and bool(node.weights)
-            spatial = no_spatial
-            if not attrs.keys().isdisjoint(SPATIAL_ATTRS):
-                get = attrs.get
-                spatial = (*_pair(get("strides")), *_pair(get("dilation")), *_pair(get("padding")),
-                           *_pair(get("pool_size")))
-            tensor_cores = conv and _tensor_core_channels(node)
-            add((kinds.get(node.kind, other_kind), categories[category], category == "view", bool(node.weights),
-                 _kernels(node), _transposed_numel(node) if tensor_cores else 0, conv and not tensor_cores,
-                 node.flops, f32_in, f32_out, other, w_numel, w_bytes, block_full, block_f32, block_f32_half, f32_weight,
-                 node.flops // batch, read1, written1, *tail, *pad[len(tail):],
-                 *((*node.weights[0].shape[2:4], 0, 0)[:2] if conv else (0, 0)),
-                 float(attrs.get("groups", 1) or 1), len(node.inputs), len(out), *spatial))
-        width = 20 + MAX_RANK + len(SHAPE_COLUMNS)
-        # np.fromiter over the flattened rows: np.array over the tuples took three times as long
-        table = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64,
-                            count=len(rows) * width).reshape(len(rows), width)
-        ints = table[:, :7].astype(np.int64)
-        f32_in, f32_out = table[:, 8], table[:, 9]
-        autocast = _autocast(graph, ints[:, 0], ints[:, 1], table[:, 16].astype(bool), f32_in, f32_out)
-        alloc_autocast = table[:, 13] - np.where(autocast.stays_f32, 0.0, table[:, 14] - table[:, 15])
-        sdpa_math = np.zeros((len(rows), 6))
-        for i in np.flatnonzero(ints[:, 1] == categories["attention"]):
-            sdpa_math[i] = _sdpa_math(graph.nodes[i])
-        serial = np.zeros((len(rows), 2))
-        for i in np.flatnonzero(ints[:, 0] == kinds["image_resize2d"]):
-            serial[i] = _serial_loop(graph.nodes[i])
+        nodes = graph.nodes
+        n, batch = len(nodes), max(graph.batch, 1)
+        attrs = list(map(attrgetter("attrs"), nodes))
+        kind = np.fromiter(map(kinds.get, map(attrgetter("kind"), nodes), itertools.repeat(other_kind)),
+                           dtype=np.int64, count=n)
+        category = np.fromiter(map(categories.__getitem__, map(attrgetter("category"), nodes)), dtype=np.int64, count=n)
+        flops = np.fromiter(map(attrgetter("flops"), nodes), dtype=np.float64, count=n)
+        in_place, held = (np.fromiter(map(dict.get, attrs, itertools.repeat(key), itertools.repeat(0)), dtype=np.int64,
+                                      count=n) for key in (EAGER_INPLACE_OF, EAGER_HOLD))
+        first_outputs = [out[0].shape if out else () for out in map(attrgetter("outputs"), nodes)]
+        rank, out_dims1 = _per_sample_tails(first_outputs, batch)
+        tensors = _Tensors.of(nodes, batch)
+        shape_attrs = np.zeros((n, len(SHAPE_COLUMNS)))
+        shape_attrs[:, _GROUPS] = 1.0
+        shape_attrs[:, _N_INPUTS], shape_attrs[:, _RANK] = tensors.lengths[0], rank
+        for i in np.flatnonzero(~np.fromiter(map(_SHAPED_ATTRS.isdisjoint, attrs), dtype=bool, count=n)).tolist():
+            get = nodes[i].attrs.get
+            shape_attrs[i, _GROUPS] = float(get("groups", 1) or 1)
+            shape_attrs[i, _SPATIAL] = (*_pair(get("strides")), *_pair(get("dilation")), *_pair(get("padding")),
+                                        *_pair(get("pool_size")))
+        f32_in, f32_out, _ = tensors.per_node(tensors.f32 * tensors.count)
+        is_view, has_weights = category == categories["view"], tensors.lengths[2] > 0
+        conv = np.flatnonzero((category == categories["conv"]) & has_weights)
+        tensor_cores = np.array([_tensor_core_channels(nodes[i]) for i in conv.tolist()], dtype=bool)
+        transposed = np.zeros(n)
+        transposed[conv[tensor_cores]] = [_transposed_numel(nodes[i]) for i in conv[tensor_cores].tolist()]
+        cuda_core_conv = np.zeros(n, dtype=bool)
+        cuda_core_conv[conv[~tensor_cores]] = True
+        for i in conv.tolist():
+            shape_attrs[i, :_GROUPS] = (*nodes[i].weights[0].shape[2:4], 0, 0)[:2]
+        f32_weight = tensors.per_node(tensors.f32 & (tensors.count > 1))[2] > 0
+        autocast = _autocast(graph, kind, category, f32_weight, f32_in, f32_out)
+        alloc = tensors.per_node(tensors.blocks(tensors.size))[1]
+        f32_saving = tensors.per_node(tensors.f32 * (tensors.blocks(4) - tensors.blocks(2)))[1]
+        alloc_autocast = alloc - np.where(autocast.stays_f32, 0.0, f32_saving)
+        nbytes, other_bytes, per_sample_bytes = (tensors.per_node(v) for v in (
+            tensors.bytes, ~tensors.f32 * tensors.bytes, tensors.per_sample_count * tensors.size))
+        sdpa_math = np.zeros((n, 6))
+        for i in np.flatnonzero(category == categories["attention"]).tolist():
+            sdpa_math[i] = _sdpa_math(nodes[i])
+        serial = np.zeros((n, 2))
+        for i in np.flatnonzero(kind == kinds["image_resize2d"]).tolist():
+            serial[i] = _serial_loop(nodes[i])
         return cls(
-            batch=graph.batch, kind=ints[:, 0], category=ints[:, 1], is_view=ints[:, 2].astype(bool),
-            has_weights=ints[:, 3].astype(bool), kernels=table[:, 4], nchw_transposed_numel=table[:, 5],
-            cuda_core_conv=ints[:, 6].astype(bool), sdpa_math=sdpa_math, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
-            flops=table[:, 7], f32_numel=f32_in + f32_out, other_bytes=table[:, 10], weight_numel=table[:, 11],
-            weight_bytes=table[:, 12], weight_tensor_bytes=np.array(tensor_bytes, dtype=np.float64), alloc_bytes=np.stack([table[:, 13], alloc_autocast], axis=1),
-            free_step=_free_steps(graph, ints[:, 2].astype(bool)),
-            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=table[:, 17], read1=table[:, 18],
-            written1=table[:, 19], out_dims1=table[:, 20:20 + MAX_RANK], shape_attrs=table[:, 20 + MAX_RANK:],
+            batch=graph.batch, kind=kind, category=category, is_view=is_view, has_weights=has_weights,
+            kernels=np.fromiter(map(_kernels, nodes), dtype=np.float64, count=n), nchw_transposed_numel=transposed,
+            cuda_core_conv=cuda_core_conv,
+            sdpa_math=sdpa_math, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
+            flops=flops, f32_numel=f32_in + f32_out,
+            other_bytes=other_bytes[0] + other_bytes[1], weight_numel=tensors.per_node(tensors.count)[2],
+            weight_bytes=nbytes[2], weight_tensor_bytes=tensors.bytes[tensors.role == 2].astype(np.float64),
+            alloc_bytes=np.stack([alloc, alloc_autocast], axis=1),
+            free_step=_free_steps(graph, is_view, in_place, held),
+            input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=flops // batch,
+            read1=per_sample_bytes[0], written1=per_sample_bytes[1],
+            out_dims1=out_dims1, shape_attrs=shape_attrs,
             autocast_bytes=autocast.bytes, autocast_casts=autocast.casts, autocast_f32=autocast.stays_f32,
             autocast_copy_bytes=autocast.copy_bytes,
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
+
+
+@dataclass(frozen=True, eq=False)
+class _Tensors:
+    """The operators' tensors flattened, their inputs first, then their outputs, then their weights
+    (each in graph order), so that sums per operator are numpy's, not a Python loop's. Element counts
+    stay integers (int64) until they are summed, so the sums are exact."""
+
+    lengths: np.ndarray  # [3, operators]: each operator's inputs, outputs and weights
+    owner: np.ndarray  # role * operators + operator, per tensor
+    count: np.ndarray  # elements
+    size: np.ndarray  # bytes per element
+    f32: np.ndarray
+    per_sample_count: np.ndarray  # elements of one sample: a tensor of rank two or more holds the batch's
+
+    @classmethod
+    def of(cls, nodes: tuple[Node, ...], batch: int) -> _Tensors:
+        groups = [*map(attrgetter("inputs"), nodes), *map(attrgetter("outputs"), nodes),
+                  *map(attrgetter("weights"), nodes)]
+        flat = list(itertools.chain.from_iterable(groups))
+        shapes, dtypes, k = [t.shape for t in flat], [t.dtype for t in flat], len(flat)
+        count = np.fromiter(map(math.prod, shapes), dtype=np.int64, count=k)
+        batched = np.fromiter(map(len, shapes), dtype=np.int64, count=k) >= 2
+        lengths = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        return cls(lengths=lengths.reshape(3, -1), owner=np.repeat(np.arange(len(groups)), lengths), count=count,
+                   size=np.fromiter(map(DTYPE_BYTES.get, dtypes, itertools.repeat(4)), dtype=np.int64, count=k),
+                   f32=np.fromiter(map("float32".__eq__, dtypes), dtype=bool, count=k),
+                   per_sample_count=np.where(batched, count // batch, count))
+
+    @property
+    def role(self) -> np.ndarray:
+        """0 for an input, 1 for an output, 2 for a weight."""
+        return self.owner // self.lengths.shape[1]
+
+    @property
+    def bytes(self) -> np.ndarray:
+        return self.count * self.size
+
+    def blocks(self, size: int | np.ndarray) -> np.ndarray:
+        """The allocator's bytes for each tensor at ``size`` bytes an element: whole blocks."""
+        return -(-self.count * size // ALLOCATOR_BLOCK_BYTES) * ALLOCATOR_BLOCK_BYTES
+
+    def per_node(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per tensor) summed per role and operator, ``[3, operators]`` float64."""
+        return np.bincount(self.owner, weights=values, minlength=self.lengths.size).reshape(3, -1)
 
 
 @cache
@@ -330,7 +375,7 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
     return _Autocast(stays_f32, read + f32_out * np.where(stays_f32, 4, 2), casts.astype(np.float64), copies)
 
 
-def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
+def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, held: np.ndarray) -> np.ndarray:
     """Liveness as PyTorch eager sees it: a view shares its input's allocation, and so does an
     operator eager runs in place (``eager_inplace_of``, where the frontend knows it); an allocation is
     freed after the last operator that reads it (or any view of it) or, later, once eager drops its last
@@ -341,8 +386,6 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray) -> np.ndarray:
     producer_count = np.bincount(dst, minlength=n)
     producer = np.full(n, -1, dtype=np.int64)
     producer[dst] = src  # exact where a node has one producer, the only case read below
-    in_place, held = np.array([(node.attrs.get(EAGER_INPLACE_OF, 0), node.attrs.get(EAGER_HOLD, 0))
-                               for node in graph.nodes], dtype=np.int64).reshape(n, 2).T
     shares = (is_view & (producer_count == 1)) | (in_place > 0)
     producer = np.where(in_place > 0, np.arange(n) - in_place, producer)
     chain = list(range(n))

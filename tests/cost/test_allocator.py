@@ -103,3 +103,29 @@ def test_memory_is_context_plus_the_replayed_peak(batch):
     # activations in one 2 MiB small segment, each layer's 8 MiB half copy in one 20 MiB segment
     assert m.total_mib - m.context_mib == pytest.approx(32 + 2 * 16 + 2 + 20)
 
+
+
+def test_reserving_resident_tensors_is_malloc_for_each():
+    # weights and inputs of many sizes in both pools, then a forward pass's allocations and frees:
+    # the fast path leaves the allocator in the state one malloc per tensor leaves it in
+    rng = np.random.default_rng(0)
+    sizes = rng.choice([300.0, 4096.0, 0.7 * MIB, 3 * MIB, 12 * MIB], 300) * rng.uniform(0.5, 1.5, 300)
+    resident = [0.0, *sizes.tolist()]
+    fast, slow = CachingAllocator(), CachingAllocator()
+    fast.reserve(resident)
+    for nbytes in resident:
+        if nbytes > 0:
+            slow.malloc(nbytes)
+    requests = (rng.choice([256.0, 8192.0, 0.9 * MIB, 5 * MIB, 30 * MIB], 400) * rng.uniform(0.5, 1.5, 400)).tolist()
+    for allocator in (fast, slow):
+        live, order = [], np.random.default_rng(1)  # the same frees in the same order for both
+        for i, nbytes in enumerate(requests):
+            live.append(allocator.malloc(nbytes))
+            if i % 3 == 2:
+                allocator.free(live.pop(int(order.integers(len(live)))))
+    state = [(a.peak_reserved, a.peak_allocated, a.reserved, a.allocated, a._segments,
+              {small: [key[:3] for key in pool] for small, pool in a._pools.items()}) for a in (fast, slow)]
+    assert state[0] == state[1]
+    assert fast.peak_reserved > 100 * MIB  # the sequence did reach both pools' segments
+    with pytest.raises(RuntimeError, match="nothing was allocated"):
+        fast.reserve([1.0])
