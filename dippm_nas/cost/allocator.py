@@ -138,6 +138,7 @@ class CachingAllocator:
                 after.next.prev = block
         insort(pool, (block.size, block.segment, block.offset, block))
 
+
 def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray, casts: np.ndarray,
            workspace: np.ndarray) -> CachingAllocator:
     """The allocator after the resident tensors (workspace, weights, inputs: allocated first, never
@@ -174,6 +175,6 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
 
 def _tensors(sizes: np.ndarray, n: int) -> dict[int, tuple[float, ...]]:
     """The sizes of each operator's tensors that are not empty, for the operators that have some (few do)."""
-    rows = np.asarray(sizes, dtype=np.float64).reshape(n, -1)
+    rows = np.asarray(sizes, dtype=np.float64).reshape(n, -1) if n else np.zeros((0, 1))  # a graph without operators
     some = np.flatnonzero((rows > 0).any(axis=1))
     return {i: tuple(b for b in row if b > 0) for i, row in zip(some.tolist(), rows[some].tolist())}

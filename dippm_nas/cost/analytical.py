@@ -228,9 +228,10 @@ class Roofline:
         return np.log(queued_latency(self.time_s, self.host_s, np.exp(log_ratios)) * 1e3)
 
     def host_wait_share(self) -> float:
-        """The fraction of the latency the GPU waits on the host."""
-        latency = self.latency_s or 1e-12
-        return max(0.0, 1.0 - float(self.time_s.sum()) / latency)
+        """The fraction of the latency the GPU waits on the host (none where nothing runs)."""
+        if not self.latency_s:
+            return 0.0
+        return max(0.0, 1.0 - float(self.time_s.sum()) / self.latency_s)
 
     def share(self, bound: str) -> float:
         """The fraction of the GPU's time spent in operators with this bound."""

@@ -248,6 +248,8 @@ class PMGNSCostModel:
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
+        if not graph.nodes:  # its latency and energy are 0: no ratio of them to learn
+            raise NotCovered(f"{graph.name or 'the model'} runs no operators")
         table = graph.table  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_versions[device.key]}

@@ -240,7 +240,7 @@ class NodeTable:
         cuda_core_conv = np.zeros(n, dtype=bool)
         cuda_core_conv[conv[~tensor_cores]] = True
         for i in conv.tolist():
-            shape_attrs[i, :_GROUPS] = (*nodes[i].weights[0].shape[2:4], 0, 0)[:2]
+            shape_attrs[i, _KERNEL_H:_KERNEL_W + 1] = (*nodes[i].weights[0].shape[2:4], 0, 0)[:2]
         f32_weight = tensors.per_node(tensors.f32 & (tensors.count > 1))[2] > 0
         autocast = _autocast(graph, kind, category, f32_weight, f32_in, f32_out)
         alloc = tensors.per_node(tensors.blocks(tensors.size))[1]

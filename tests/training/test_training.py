@@ -274,6 +274,21 @@ def test_shipped_weights_used_where_trained_and_not_elsewhere():
     assert not raw.startswith(b"\x80")  # safetensors, never a pickle
 
 
+def test_a_model_without_operators_costs_its_memory_only():
+    # nn.Identity runs nothing on the GPU: no latency or energy, and nothing for PMGNS to correct
+    from torch import nn
+
+    from dippm_nas import predict
+    from dippm_nas.cost.learned import available
+
+    identity = predict(nn.Identity(), (3, 8, 8), batch=2, device="rtx4090", precision="fp16")
+    assert identity.latency_ms == identity.energy_j == 0
+    assert identity.memory_mb > 600  # the CUDA context and cuBLAS's workspace all the same
+    assert identity.cost_model == "analytical"
+    if available():  # where PMGNS covers the device, it says why it gave way
+        assert identity.notes == ("Identity runs no operators: analytical (roofline) estimate",)
+
+
 def test_fused_convolutions_give_the_plain_networks_prediction():
     """One prediction folds the first convolution into the features' standardisation and stacks each
     later one's two linear maps, for speed only."""
