@@ -352,8 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("evaluate", "every split and baseline; writes docs/accuracy.md",
          "Trains PMGNS on every split (random, families held out, RTX 3090 -> 4090 and back), scores it "
          "against the analytical model, a log-linear regression and the paper's GNN variants on the test "
-         "records only, and writes docs/accuracy.md, docs/accuracy/results.json and the plots. About 55 "
-         "minutes on two cores.", cmd_evaluate),
+         "records only, and writes docs/accuracy.md, docs/accuracy/results.json and the plots. About 75 "
+         "minutes on two cores with nothing else running.", cmd_evaluate),
     )
     for name, helptext, description, func in training:
         t = sub.add_parser(name, help=helptext, description=description)
@@ -362,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--seed", type=int, default=0)
         t.add_argument("--members", type=int, default=1,
                        help="networks trained from different seeds, predicting together (their geometric mean): "
-                            "more accurate on unseen families, each adds its convolutions to every prediction")
+                            "on validation three gained about one seed's difference over one, and each adds its "
+                            "convolutions to every prediction")
         t.add_argument("--no-refit", action="store_true",
                        help="keep the early-stopped model instead of training again on training + validation "
                             "records for the epochs early stopping chose")
