@@ -380,7 +380,8 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, he
     operator eager runs in place (``eager_inplace_of``, where the frontend knows it); an allocation is
     freed after the last operator that reads it (or any view of it) or, later, once eager drops its last
     reference (a node's ``eager_hold``: a module call's argument, a local variable), outputs of the model at the end, and one nobody
-    reads right after it is written. -1 marks a node without an allocation of its own."""
+    reads right after it is written. -1 marks a node without an allocation of its own. ``in_place`` and ``held``
+    are those two attributes per node (0 where a node has none)."""
     n = len(graph.nodes)
     src, dst = graph.edge_array.T
     producer_count = np.bincount(dst, minlength=n)
