@@ -155,7 +155,7 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     ends = np.searchsorted(free_step[order], np.arange(len(outputs) + 1)).tolist()
     held: dict[int, _Block] = {}
     freed_by = order.tolist()
-    copies_of, scratch_of = _tensors(casts, len(outputs)), _tensors(workspace, len(outputs))
+    copies_of, scratch_of = _tensors(casts), _tensors(workspace)
     malloc, free = allocator.malloc, allocator.free
     for i, (owner, size) in enumerate(zip(owns.tolist(), outputs.tolist())):
         copies = copies_of.get(i)
@@ -173,8 +173,11 @@ def replay(resident: Iterable[float], outputs: np.ndarray, free_step: np.ndarray
     return allocator
 
 
-def _tensors(sizes: np.ndarray, n: int) -> dict[int, tuple[float, ...]]:
-    """The sizes of each operator's tensors that are not empty, for the operators that have some (few do)."""
-    rows = np.asarray(sizes, dtype=np.float64).reshape(n, -1) if n else np.zeros((0, 1))  # a graph without operators
+def _tensors(sizes: np.ndarray) -> dict[int, tuple[float, ...]]:
+    """The sizes of each operator's tensors that are not empty, for the operators that have some (few do);
+    ``sizes`` holds one size per operator or a row of them."""
+    rows = np.asarray(sizes, dtype=np.float64)
+    if rows.ndim == 1:
+        rows = rows[:, None]
     some = np.flatnonzero((rows > 0).any(axis=1))
     return {i: tuple(b for b in row if b > 0) for i, row in zip(some.tolist(), rows[some].tolist())}

@@ -144,7 +144,8 @@ def operator_times(path: Path) -> dict[ProfiledRun, dict[str, float]]:
         for row in csv.DictReader(fh):
             if row["status"] != "ok" or row["kind"] != "operator":
                 continue
-            run = ProfiledRun(model=row["model"], source=row["source"], input_shape=row["input_shape"], batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],
+            run = ProfiledRun(model=row["model"], source=row["source"], input_shape=row["input_shape"],
+                              batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],
                               device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"])
             operators = times.setdefault(run, {})
             operators[row["name"]] = operators.get(row["name"], 0.0) + float(row["device_us"])
