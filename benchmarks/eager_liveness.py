@@ -89,6 +89,7 @@ def main() -> int:
 
     from dippm_nas import build_graph
     from dippm_nas.cost.analytical import AnalyticalCostModel
+    from dippm_nas.cost.table import node_table
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.training.dataset import load_graphs
 
@@ -112,7 +113,7 @@ def main() -> int:
         size = size or model.default_cfg["input_size"][-1]
         stored = None if args.rebuild else load_graphs({f"timm:{name}@{size}"}).get(f"timm:{name}@{size}")
         graph = stored or build_graph(name, (3, size, size))
-        table = scale_batch(graph, args.batch).table
+        table = node_table(scale_batch(graph, args.batch))
         predicted = analytical.peak_activations(table, "fp32") - table.input_bytes
         measured = eager_peak_bytes(model, torch.randn(args.batch, 3, size, size))
         ratios.append((measured / predicted, name))

@@ -62,6 +62,7 @@ def main() -> int:
     from pathlib import Path
 
     from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+    from dippm_nas.cost.table import node_table
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
     from dippm_nas.training.dataset import load_graphs
@@ -80,7 +81,7 @@ def main() -> int:
         if graph is None:
             print(f"  {run.model}: no graph in the store (dippm-nas dataset --featurize)")
             continue
-        table = scale_batch(graph, run.batch).table
+        table = node_table(scale_batch(graph, run.batch))
         roofline = model.roofline(table, get_device(run.device), run.precision, run.layout, torch_release(run.torch))
         analytical_ms = collections.defaultdict(float)
         for node, seconds in zip(graph.nodes, roofline.time_s.tolist()):

@@ -50,6 +50,7 @@ def main() -> int:
     import numpy as np
 
     from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+    from dippm_nas.cost.table import node_table
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.training.dataset import load_graphs
 
@@ -65,7 +66,7 @@ def main() -> int:
         if graph is None:
             skipped += 1
             continue
-        m = analytical.memory(scale_batch(graph, int(r["batch"])).table, r["precision"], torch_release(r["torch"]))
+        m = analytical.memory(node_table(scale_batch(graph, int(r["batch"]))), r["precision"], torch_release(r["torch"]))
         context, allocated, reserved = (float(r[c]) for c in
                                         ("memory_context_mib", "memory_allocated_mib", "memory_reserved_mib"))
         live = m.weights_mib + m.activations_mib + m.workspace_mib

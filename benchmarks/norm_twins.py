@@ -46,8 +46,10 @@ def main() -> int:
     from dataclasses import asdict
 
     from dippm_nas.cost.analytical import AnalyticalCostModel
+    from dippm_nas.cost.table import node_table
     from dippm_nas.graph.batching import scale_batch
-    from dippm_nas.training.dataset import load_graphs, record_inputs
+    from dippm_nas.cost.learned_inputs import record_inputs
+    from dippm_nas.training.dataset import load_graphs
     from dippm_nas.training.records import load_records
 
     names = {name for pair in TWINS for name in pair}
@@ -57,7 +59,7 @@ def main() -> int:
 
     def analytical(record):
         """The analytical estimate of a record, as the data set's is made."""
-        return record_inputs(scale_batch(graphs[record.graph_key], record.batch).table, asdict(record), model).estimate
+        return record_inputs(node_table(scale_batch(graphs[record.graph_key], record.batch)), asdict(record), model).estimate
 
     def config(record):
         return record.device, record.torch, record.layout, record.image_size, record.batch

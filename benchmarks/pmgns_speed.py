@@ -94,7 +94,8 @@ def _stages(learned, graphs, device, rounds: int) -> dict[str, float]:
     import torch
 
     from dippm_nas.cost.learned import one_thread
-    from dippm_nas.training.dataset import record_inputs
+    from dippm_nas.cost.table import node_table
+    from dippm_nas.cost.learned_inputs import record_inputs
 
     request = {"batch": graphs[0].batch, "device": device.key, "precision": "fp16", "layout": "nchw",
                "torch": learned.card.torch_versions[device.key]}
@@ -104,7 +105,7 @@ def _stages(learned, graphs, device, rounds: int) -> dict[str, float]:
         for _ in range(rounds):
             g = replace(g)  # a fresh graph: nothing cached on it from the last round
             start = time.perf_counter()
-            table = g.table  # computed here, cached on the graph for what follows
+            table = node_table(g)  # computed here, cached on the graph for what follows
             t1 = time.perf_counter()
             inputs = record_inputs(table, request, learned.analytical)
             t2 = time.perf_counter()

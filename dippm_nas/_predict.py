@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dippm_nas.cost import analytical, learned  # noqa: F401  (register the cost models)
-from dippm_nas.cost.base import NodeCost, Prediction, get_cost_model
+from dippm_nas.cost import NodeCost, NotCovered, Prediction, get_cost_model
 from dippm_nas.errors import DippmError
 from dippm_nas.frontends import load_model
-from dippm_nas.graph.from_relax import relax_to_graph
+from dippm_nas.graph import relax_to_graph
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, fits, select_mig_profile
 from dippm_nas.hardware.registry import Device, check_layout, check_precision, get_device
@@ -46,8 +45,6 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
 
 def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str):
     """``auto``: the learned model where it was trained, else the analytical one, saying why."""
-    from dippm_nas.cost.learned import NotCovered
-
     if cost_model != "auto":
         return get_cost_model(cost_model).estimate(graph, gpu, precision, layout), ()
     try:

@@ -213,7 +213,8 @@ def _training_set():
 
 def _shipper(ts):
     """Saves a fitted random-split model as the shipped weights, and says so."""
-    from dippm_nas.cost.learned import WEIGHTS, save
+    from dippm_nas.cost.learned import WEIGHTS
+    from dippm_nas.training.ship import save
     from dippm_nas.training.train import final_training_records
 
     def ship(fitted, split, test, held_out_family=None) -> None:

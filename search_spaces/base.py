@@ -2,7 +2,9 @@
 
 A candidate is its architecture as a plain dict, its input shape, and its blocks in order; the
 ``nn.Module`` is built (on the ``meta`` device, no weights) only when someone asks for it. Each block
-knows its own configuration and input shape, which is all the subgraph cache keys on.
+knows its own configuration and input shape, which is all the subgraph cache keys on. A
+:class:`Candidate` here is one implementation of :class:`dippm_nas.integration.Candidate`, the
+protocol the cost plugin reads.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class Candidate:
     def module(self) -> nn.Module:
         """The whole network on the meta device: its blocks in sequence, or the zoo model."""
         if self.model is not None:
-            from dippm_nas.frontends._timm import build_timm
+            from dippm_nas.frontends import build_timm
 
             return build_timm(self.model)
         with torch.device("meta"):

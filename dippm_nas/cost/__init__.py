@@ -1,10 +1,29 @@
-"""Cost models: one interface (:class:`CostModel`), registered by name."""
+"""Cost models: one interface (:class:`CostModel`), registered here by name.
 
-from dippm_nas.cost import analytical  # noqa: F401  (registers "analytical")
+``analytical`` is the roofline, host queue, allocator replay and power model
+(:mod:`dippm_nas.cost.analytical`); ``pmgns`` is the learned correction to it
+(:mod:`dippm_nas.cost.learned`), loaded only when asked for, since it needs torch and its weights.
+
+>>> from dippm_nas.cost import cost_model_names
+>>> cost_model_names()
+['analytical', 'pmgns']
+"""
+
 from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.cost.base import CostModel, Estimate, MemoryBreakdown, NodeCost, Prediction, get_cost_model, register_cost_model
+from dippm_nas.cost.base import (CostModel, Estimate, MemoryBreakdown, NodeCost, NotCovered, Prediction,
+                                 cost_model_names, get_cost_model, register_cost_model)
+
+
+def _pmgns() -> CostModel:
+    from dippm_nas.cost.learned import PMGNSCostModel
+
+    return PMGNSCostModel()
+
+
+register_cost_model("analytical", AnalyticalCostModel)
+register_cost_model("pmgns", _pmgns)
 
 __all__ = [
-    "AnalyticalCostModel", "CostModel", "Estimate", "MemoryBreakdown", "NodeCost", "Prediction",
-    "get_cost_model", "register_cost_model",
+    "AnalyticalCostModel", "CostModel", "Estimate", "MemoryBreakdown", "NodeCost", "NotCovered", "Prediction",
+    "cost_model_names", "get_cost_model", "register_cost_model",
 ]

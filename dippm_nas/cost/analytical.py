@@ -32,7 +32,7 @@ buffers in execution order (:mod:`dippm_nas.cost.allocator`), each output freed 
 after its last reader or, when a module call it was passed into or a local variable still holds it,
 once eager drops that reference (``NodeTable.free_step``).
 
-Everything is computed over the columns of a :class:`~dippm_nas.graph.table.NodeTable` (one pass over
+Everything is computed over the columns of a :class:`~dippm_nas.cost.table.NodeTable` (one pass over
 the operators), so the learned model, which needs this estimate for every prediction, stays fast.
 """
 
@@ -44,10 +44,10 @@ from functools import cached_property
 import numpy as np
 
 from dippm_nas.cost.allocator import MIB, replay
-from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost, register_cost_model
+from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost
+from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph import ops
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
@@ -362,8 +362,6 @@ class AnalyticalCostModel:
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
         check_precision(precision)
         check_layout(layout)
-        table = graph.table
+        table = node_table(graph)
         return self.summarize(table, self.roofline(table, device, precision, layout), device, precision, graph)
 
-
-register_cost_model("analytical", AnalyticalCostModel)

@@ -53,20 +53,44 @@ class Estimate:
         return sorted(self.nodes, key=lambda c: c.time_ms, reverse=True)[:n]
 
 
+class NotCovered(LookupError):
+    """A cost model cannot answer this request (a device, precision or graph it was not trained
+    for); :func:`dippm_nas.predict_graph` then falls back to the analytical model and says why."""
+
+
 class CostModel(Protocol):
+    """What every cost model offers: an :class:`Estimate` for one graph on one device at one precision.
+
+    ``name`` is the name it is registered under (:func:`register_cost_model`). A model that cannot
+    answer a request raises :class:`NotCovered` with the reason.
+    """
+
     name: str
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = "nchw") -> Estimate: ...
+    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = "nchw") -> Estimate:
+        """Latency, energy and memory of one inference of ``graph`` (at its batch) on ``device``."""
+        ...
 
 
 _COST_MODELS: dict[str, Callable[[], CostModel]] = {}
 
 
 def register_cost_model(name: str, factory: Callable[[], CostModel]) -> None:
+    """Make ``factory`` (called once per request) answer to ``name`` in :func:`get_cost_model`."""
     _COST_MODELS[name] = factory
 
 
+def cost_model_names() -> list[str]:
+    """The registered cost models' names, in registration order."""
+    return list(_COST_MODELS)
+
+
 def get_cost_model(name: str) -> CostModel:
+    """The cost model registered as ``name``; an unknown name is an error that lists the known ones.
+
+    >>> get_cost_model("analytical").name
+    'analytical'
+    """
     if name not in _COST_MODELS:
         raise DippmError(f"unknown cost model {name!r}; known: {', '.join(_COST_MODELS)}." + suggest(name, _COST_MODELS))
     return _COST_MODELS[name]()

@@ -19,29 +19,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes, version_numbers
-from dippm_nas.cost.base import Estimate, register_cost_model
-from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
-from dippm_nas.graph.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
+from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
+from dippm_nas.cost.base import Estimate, NotCovered
+from dippm_nas.cost.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
                                      one_hot_width)
+from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
+from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
+from dippm_nas.cost.scaling import Scaling
+from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.graph.table import NodeTable
 from dippm_nas.hardware.registry import Device
-from dippm_nas.training.train import Scaling
-
-if TYPE_CHECKING:
-    from dippm_nas.training.dataset import RecordInputs
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
-
-
-class NotCovered(LookupError):
-    """The learned model was not trained for this device or precision."""
 
 
 @dataclass(frozen=True)
@@ -65,32 +58,6 @@ class Card:
     #: ``dippm-nas evaluate --ship`` wrote the card, on whole families it never saw (family split).
     seen_family_mape: float | None = None
     unseen_family_mape: float | None = None
-
-
-def save(fitted, ts, trained_on: np.ndarray, path: Path, extra: dict) -> None:
-    """Weights to ``path``.safetensors, the card to ``path``.json; what the card says was learned from
-    (devices, precisions, families, batches) is read from the records ``trained_on``."""
-    from safetensors.torch import save_file
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    members = torch.nn.ModuleList(fitted.models).state_dict()  # keys "<member>.<parameter>"
-    save_file({k: v.contiguous() for k, v in members.items()}, str(path.with_suffix(".safetensors")))
-    records = [ts.records[i] for i in trained_on]
-    target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
-                      for i, t in enumerate(TARGETS) if t in fitted.config.corrected_targets}
-    batches, counts = np.unique([r.batch for r in records], return_counts=True)
-    card = {
-        "config": vars(fitted.config), "static_features": ts.static_names,
-        "static_scaling": fitted.static_scaling.to_json(), "node_scaling": fitted.node_scaling.to_json(),
-        "node_dim": int(ts.x[0].shape[1]), "members": len(fitted.models), "devices": sorted({r.device for r in records}),
-        "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
-        "target_devices": {t: d for t, d in target_devices.items() if d},
-        "torch_versions": {d: max((r.torch for r in records if r.device == d), key=version_numbers)
-                           for d in sorted({r.device for r in records})},
-        "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
-        "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
-    }
-    path.with_suffix(".json").write_text(json.dumps(card, indent=1))
 
 
 @cache
@@ -243,14 +210,12 @@ class PMGNSCostModel:
         return None
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
-        from dippm_nas.training.dataset import record_inputs
-
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
         if not graph.nodes:  # its latency and energy are 0: no ratio of them to learn
             raise NotCovered(f"{graph.name or 'the model'} runs no operators")
-        table = graph.table  # its per-sample columns are the batch-1 graph's
+        table = node_table(graph)  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
                    "torch": self.card.torch_versions[device.key]}
         inputs = record_inputs(table, request, self.analytical)
@@ -284,8 +249,8 @@ class PMGNSCostModel:
         time_share = torch.from_numpy(inputs.time_share)[None]
         adj = adjacency(graph)
         if self.fused is not None:
-            return self.fused.correction(self.fused(graph.table, adj), time_share, static)
-        x = self.card.node_scaling(node_feature_matrix(graph.table))
+            return self.fused.correction(self.fused(node_table(graph), adj), time_share, static)
+        x = self.card.node_scaling(node_feature_matrix(node_table(graph)))
         one_graph = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long)  # batch, graph_of
         return torch.cat([model(x, adj, *one_graph, static, time_share) for model in self.models])
 
@@ -324,5 +289,3 @@ def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
                          "the learned correction is extrapolating")
     return tuple(notes)
 
-
-register_cost_model("pmgns", PMGNSCostModel)

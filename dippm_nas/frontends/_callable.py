@@ -8,7 +8,7 @@ import re
 import torch
 
 from dippm_nas.errors import ModelLoadError
-from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
 from dippm_nas.inputs import InputSpec
 
@@ -28,4 +28,4 @@ def load_callable(target: str, inputs: InputSpec | None, batch: int) -> LoadedMo
     return load_module(model, inputs, batch, target, "callable")
 
 
-register_frontend("callable", lambda m: isinstance(m, str) and bool(_PATTERN.match(m)), load_callable)
+register_frontend("callable", lambda m: isinstance(m, str) and bool(_PATTERN.match(m)), load_callable, priority=60)

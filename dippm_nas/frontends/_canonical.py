@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 
-from dippm_nas.graph.from_relax import tensor_of_type
+from dippm_nas.relax_contract import tensor_of_type
 
 Rewriter = Callable[[relax.Expr, dict[DFPattern, relax.Expr]], relax.Expr]
 Rule = Callable[[], tuple[DFPattern, Rewriter]]

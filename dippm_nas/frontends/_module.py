@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._torch import torch_to_relax
 from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
 
@@ -21,4 +21,4 @@ def load_module(module: torch.nn.Module, inputs: InputSpec | None, batch: int, n
     return LoadedModel(mod, name, source, spec, batch, family or module_family(module), notes)
 
 
-register_frontend("torch", lambda m: isinstance(m, torch.nn.Module), load_module)
+register_frontend("torch", lambda m: isinstance(m, torch.nn.Module), load_module, priority=10)

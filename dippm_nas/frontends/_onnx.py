@@ -20,9 +20,9 @@ from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_convert_map
 
 from dippm_nas.errors import ExportError, ModelLoadError, one_line
-from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._canonical import canonicalize
-from dippm_nas.graph.from_relax import generic_call
+from dippm_nas.relax_contract import generic_call
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 _ONNX_DTYPES = {
@@ -249,4 +249,4 @@ def _is_onnx(model: object) -> bool:
     return isinstance(model, str | os.PathLike) and str(model).lower().endswith(".onnx")
 
 
-register_frontend("onnx", _is_onnx, load_onnx)
+register_frontend("onnx", _is_onnx, load_onnx, priority=20)

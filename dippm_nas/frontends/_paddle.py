@@ -20,7 +20,7 @@ from typing import Any
 import onnx
 
 from dippm_nas.errors import ModelLoadError, one_line
-from dippm_nas.frontends import LoadedModel, import_extra, register_frontend, require_extra
+from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend, require_extra
 from dippm_nas.frontends._onnx import import_onnx
 from dippm_nas.frontends._quiet import quiet
 from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
@@ -111,5 +111,5 @@ def _is_inference_model(model: object) -> bool:
     return isinstance(model, str | os.PathLike) and _program_file(model) is not None
 
 
-register_frontend("paddle", _is_paddle_layer, load_paddle_layer)
-register_frontend("paddle-inference", _is_inference_model, load_inference_model)
+register_frontend("paddle", _is_paddle_layer, load_paddle_layer, priority=40)
+register_frontend("paddle-inference", _is_inference_model, load_inference_model, priority=41)

@@ -26,7 +26,7 @@ from typing import Any
 import onnx
 
 from dippm_nas.errors import ModelLoadError, one_line
-from dippm_nas.frontends import LoadedModel, import_extra, register_frontend
+from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._onnx import import_onnx
 from dippm_nas.frontends._quiet import quiet
 from dippm_nas.inputs import InputSpec, TensorSpec
@@ -199,7 +199,7 @@ def _is_saved_model(model: object) -> bool:
     return isinstance(model, str | os.PathLike) and (Path(model) / "saved_model.pb").is_file()
 
 
-register_frontend("keras", _is_tensorflow_object, load_keras)
-register_frontend("keras-file", _suffix_is(*KERAS_SUFFIXES), load_keras_file)
-register_frontend("saved-model", _is_saved_model, load_saved_model)
-register_frontend("tflite", _suffix_is(".tflite"), load_tflite)
+register_frontend("keras", _is_tensorflow_object, load_keras, priority=30)
+register_frontend("keras-file", _suffix_is(*KERAS_SUFFIXES), load_keras_file, priority=31)
+register_frontend("saved-model", _is_saved_model, load_saved_model, priority=32)
+register_frontend("tflite", _suffix_is(".tflite"), load_tflite, priority=33)

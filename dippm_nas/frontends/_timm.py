@@ -8,7 +8,7 @@ import timm
 import torch
 
 from dippm_nas.errors import UnknownModelError, suggest
-from dippm_nas.frontends import LoadedModel, register_frontend
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
 from dippm_nas.inputs import InputSpec, TensorSpec
 
@@ -51,4 +51,4 @@ def load_timm(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
     return load_module(model, inputs or (default_input(model),), batch, name, "timm", timm_family(name))
 
 
-register_frontend("timm", lambda m: isinstance(m, str), load_timm)
+register_frontend("timm", lambda m: isinstance(m, str), load_timm, priority=100)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from dippm_nas.errors import ModelLoadError, suggest
-from dippm_nas.frontends import LoadedModel, import_extra, register_frontend
+from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._module import load_module
 from dippm_nas.inputs import InputSpec, TensorSpec
 
@@ -68,4 +68,4 @@ def _is_transformers(model: object) -> bool:
     return type(model).__name__.endswith("Config") and hasattr(model, "model_type")
 
 
-register_frontend("transformers", _is_transformers, load_transformers)
+register_frontend("transformers", _is_transformers, load_transformers, priority=50)

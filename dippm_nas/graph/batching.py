@@ -1,5 +1,5 @@
 """A graph at batch B from its graph at batch 1, without exporting again (the inverse, a graph's
-per-sample values, is in :class:`dippm_nas.graph.table.NodeTable`).
+per-sample values, is in :class:`dippm_nas.cost.table.NodeTable`).
 
 Every activation tensor of rank 2 or more carries the batch in its leading dimension (or folded
 into it, as ``B * heads``), so scaling that dimension by B scales each tensor's size by B; FLOPs of
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
+from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.tensor import Tensor
 
 
 def _with(node: Node, factor: int, resize) -> Node:

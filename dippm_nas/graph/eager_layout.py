@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dippm_nas.graph.model_graph import Shape
+from dippm_nas.graph.tensor import Shape
 
 Strides = tuple[int, ...]
 

@@ -24,24 +24,9 @@ import tvm
 from tvm import relax
 
 from dippm_nas.graph import eager_layout, ops
-from dippm_nas.graph.model_graph import EAGER_HOLD, EAGER_INPLACE_OF, ModelGraph, Node, Shape, Tensor
-
-GENERIC_OP_PREFIX = "dippm.generic."
-#: The Relax function attribute that maps a variable to the variable up to which eager keeps it.
-EAGER_HOLDS_ATTR = "eager_holds"
-#: The Relax function attribute that lists the variables of operators eager runs in place.
-EAGER_INPLACE_ATTR = "eager_inplace"
-
-
-def generic_call(name: str, args: list[relax.Expr], out_ty: object,
-                 attrs: dict[str, object] | None = None) -> relax.Call:
-    """An opaque call that :func:`relax_to_graph` reads as the generic node ``name``: a frontend's
-    way to keep an operator it cannot (or should not) convert, with ``attrs`` for its cost rules."""
-    func = relax.ExternFunc(GENERIC_OP_PREFIX + name)
-    for key, value in (attrs or {}).items():
-        func = func.with_attr(key, value)
-    return relax.call_dps_packed(func, relax.Tuple(args), out_ty)
-
+from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF, Shape, Tensor
+from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, GENERIC_OP_PREFIX, tensor_of_type
 
 _EPILOGUE_HOSTS = frozenset({"conv", "matmul"})
 
@@ -85,14 +70,6 @@ class _NodeDraft:
     generic: bool = False
     producers: set[int] = field(default_factory=set)
     reads_input: bool = False
-
-
-def tensor_of_type(ty: object) -> Tensor | None:
-    """The Tensor of a Relax tensor type with a known shape, else None (a symbolic dimension raises
-    TypeError: the frontends fix every input shape before a graph is read)."""
-    if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
-        return Tensor(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
-    return None
 
 
 def _tensors(ty: object) -> list[Tensor]:

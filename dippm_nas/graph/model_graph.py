@@ -3,54 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from dippm_nas.graph.table import NodeTable
-
-Shape = tuple[int, ...]
-
-DTYPE_BYTES: dict[str, int] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
-
-#: A node attribute: for how many steps after its own PyTorch eager keeps the node's output (a module
-#: call still running holds it as an argument, or a local variable of a function still running does);
-#: set by the torch frontend.
-EAGER_HOLD = "eager_hold"
-#: A node attribute: the node ran in place in eager (``relu_``, ``add_``), so its output is the storage
-#: of its first input, made this many steps before; set by the torch frontend.
-EAGER_INPLACE_OF = "eager_inplace_of"
-
-
-def numel(shape: Shape) -> int:
-    return math.prod(shape)
-
-
-def dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES.get(dtype, 4)
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A tensor's shape and dtype, the unit the graph counts bytes in."""
-
-    shape: Shape
-    dtype: str = "float32"
-
-    @property
-    def numel(self) -> int:
-        return numel(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * dtype_bytes(self.dtype)
+from dippm_nas.graph.tensor import MAC_CATEGORIES, Tensor
 
 
 @dataclass(frozen=True)
@@ -167,14 +125,6 @@ class ModelGraph:
         rows = np.zeros(len(self.nodes) + 1, dtype=np.int64)
         np.cumsum(np.bincount(pairs[:, 1], minlength=len(self.nodes)), out=rows[1:])
         return rows, pairs[order, 0]
-
-    @cached_property
-    def table(self) -> NodeTable:
-        """The operators' numbers as columns, computed once per graph: every MIG slice, device and
-        precision a graph is predicted for reads the same table."""
-        from dippm_nas.graph.table import NodeTable
-
-        return NodeTable.of(self)
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from dippm_nas.graph.model_graph import MAC_CATEGORIES, Tensor
+from dippm_nas.graph.tensor import MAC_CATEGORIES, Tensor
 
 #: mean, variance, subtract, divide, scale-and-shift.
 NORM_FLOPS_PER_ELEMENT = 5

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import zlib
 
-from dippm_nas.graph.model_graph import ModelGraph, Node, Tensor
+from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.tensor import Tensor
 
 #: What a stored graph means, not only how it is laid out: bump it whenever the frontends read a model
 #: differently (a persistent cache would otherwise mix graphs of two versions in one study). 2: eager's

@@ -12,7 +12,8 @@ import hashlib
 import json
 from collections.abc import Iterable
 
-from dippm_nas.graph.model_graph import EAGER_HOLD, EAGER_INPLACE_OF, ModelGraph, Node
+from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF
 
 #: Attributes that name a layout or a dtype, or say how long eager keeps an output, rather than
 #: change the computation's structure.

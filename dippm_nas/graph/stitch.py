@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dippm_nas.graph.model_graph import EAGER_HOLD, ModelGraph, Node
+from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.tensor import EAGER_HOLD
 
 
 def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:

@@ -1,5 +1,6 @@
 """Optuna integration: score candidates, constrain and prune by predicted cost, filter studies."""
 
+from dippm_nas.integration.candidate import Block, Candidate
 from dippm_nas.integration.constraints import PREDICTION_ATTRS, HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
 from dippm_nas.integration.featurizer import CachedFeaturizer
@@ -7,6 +8,6 @@ from dippm_nas.integration.filters import feasible_pareto_front, is_feasible, tr
 from dippm_nas.integration.objective import HardwareObjective
 
 __all__ = [
-    "CachedFeaturizer", "HardwareConstraints", "HardwareCostModel", "HardwareObjective", "PREDICTION_ATTRS",
+    "Block", "CachedFeaturizer", "Candidate", "HardwareConstraints", "HardwareCostModel", "HardwareObjective", "PREDICTION_ATTRS",
     "feasible_pareto_front", "is_feasible", "record_prediction", "trials_fitting_mig",
 ]

@@ -8,9 +8,11 @@ from typing import Any
 
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.base import Prediction
+from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
 from dippm_nas.hardware.registry import check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
+from dippm_nas.integration.candidate import Candidate
 from dippm_nas.integration.featurizer import CachedFeaturizer
 
 
@@ -45,7 +47,7 @@ class HardwareCostModel:
     def cache(self) -> GraphCache:
         return self.featurizer.cache
 
-    def graph(self, candidate: Any, inputs: InputLike = None):
+    def graph(self, candidate: Candidate | Any, inputs: InputLike = None) -> ModelGraph:
         if self.use_cache:
             return self.featurizer.graph(candidate, inputs)
         from dippm_nas._predict import build_graph
@@ -57,7 +59,7 @@ class HardwareCostModel:
             return replace(graph, name=candidate.name)
         return build_graph(candidate, inputs, self.batch)
 
-    def score(self, candidate: Any, inputs: InputLike = None) -> Prediction:
+    def score(self, candidate: Candidate | Any, inputs: InputLike = None) -> Prediction:
         """A search-space candidate, or any model :func:`dippm_nas.predict` accepts."""
         from dippm_nas._predict import predict_graph
 

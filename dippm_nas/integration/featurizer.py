@@ -14,6 +14,7 @@ from typing import Any
 from dippm_nas.cache import GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.stitch import stitch
+from dippm_nas.integration.candidate import Block, Candidate
 from dippm_nas.inputs import InputLike, TensorSpec
 
 
@@ -34,7 +35,7 @@ class CachedFeaturizer:
         self.batch = batch
         self.cache = cache if cache is not None else GraphCache()
 
-    def block_graph(self, block: Any) -> ModelGraph:
+    def block_graph(self, block: Block) -> ModelGraph:
         key = f"block:{block.signature}:b{self.batch}"
         graph = self.cache.get(key)
         if graph is None:
@@ -44,7 +45,7 @@ class CachedFeaturizer:
             self.cache.put(key, graph)
         return graph
 
-    def candidate_graph(self, candidate: Any) -> ModelGraph:
+    def candidate_graph(self, candidate: Candidate) -> ModelGraph:
         key = f"candidate:{candidate.signature}:b{self.batch}"
         graph = self.cache.get(key)
         if graph is None:
@@ -62,7 +63,7 @@ class CachedFeaturizer:
             self.cache.put(key, graph)
         return graph
 
-    def graph(self, item: Any, inputs: InputLike = None) -> ModelGraph:
+    def graph(self, item: Candidate | Any, inputs: InputLike = None) -> ModelGraph:
         if getattr(item, "blocks", None):
             return self.candidate_graph(item)
         if getattr(item, "model", None) is not None:  # a zoo candidate: the whole model, by name

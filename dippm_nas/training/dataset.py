@@ -5,7 +5,6 @@ as measured values (missing ones are NaN)."""
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,75 +14,19 @@ import torch
 from tqdm import tqdm
 
 from dippm_nas.cache import GraphCache
-from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, torch_release
-from dippm_nas.cost.base import Estimate
+from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.features import edge_index, node_feature_matrix
+from dippm_nas.cost.learned_inputs import record_inputs
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
+from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
-from dippm_nas.graph.features import edge_index, node_feature_matrix, static_features
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.graph.table import NodeTable
-from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
 from dippm_nas.training.featurize import DEFAULT_STORE, store_key
 from dippm_nas.training.records import Record
 
-#: The bounds that take time (a view, "free", takes none).
-TIME_SHARES = tuple(b for b in BOUNDS if b != "free")
-
-
-def device_features(device: Device, precision: str) -> dict[str, float]:
-    return {
-        "dev_log_fp32_tflops": math.log(device.fp32_tflops),
-        "dev_log_tensor_tflops": math.log(device.tensor_tflops(precision)),
-        "dev_log_bw_gbs": math.log(device.memory_bw_gbs),
-        "dev_log_sms": math.log(device.sm_count),
-        "dev_log_l2_mb": math.log(device.l2_mb),
-        "dev_log_tdp_w": math.log(device.tdp_w),
-        "dev_log_memory_gib": math.log(device.memory_gib),
-    }
-
-
-def _torch_version(text: str) -> float:
-    release = torch_release(text)
-    return release[0] + release[1] / 100 if release else 0.0
-
-
-@dataclass(frozen=True, eq=False)
-class RecordInputs:
-    """What PMGNS reads of one configuration besides its graph's node features."""
-
-    features: dict[str, float]  # static features by name
-    estimate: Estimate  # the analytical model's (without per-operator costs)
-    time_share: np.ndarray  # each operator's share of the analytical latency, in graph order
-    latency_curve: np.ndarray  # log-latency (ms) at LATENCY_CURVE_LOG_RATIOS of the GPU time
-
-
-def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> RecordInputs:
-    """``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device,
-    precision, layout and torch: a Record or a prediction request alike."""
-    device = get_device(record_like["device"])
-    precision = record_like["precision"]
-    release = torch_release(record_like["torch"])
-    roofline = analytical.roofline(table, device, precision, record_like["layout"], release)
-    estimate = analytical.summarize(table, roofline, device, precision, release=release)
-    feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
-             for k, v in static_features(table).items()}
-    feats["batch"] = math.log(record_like["batch"])
-    feats.update(device_features(device, precision))
-    for p in PRECISIONS:
-        feats[f"precision={p}"] = float(precision == p)
-    feats["layout_nhwc"] = float(record_like["layout"] == "nhwc")
-    feats["torch_version"] = _torch_version(record_like["torch"])
-    for bound in TIME_SHARES:
-        feats[f"time_share_{bound}"] = roofline.share(bound)
-    feats["host_wait_share"] = roofline.host_wait_share()
-    for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, estimate.memory_mib)):
-        feats[f"log_analytical_{name}"] = math.log(value)
-    share = roofline.time_s / roofline.time_s.sum()  # positive, as the latency is
-    return RecordInputs(feats, estimate, share.astype(np.float32), roofline.latency_curve(LATENCY_CURVE_LOG_RATIOS))
-
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
-    return node_feature_matrix(graph.table), edge_index(graph)
+    return node_feature_matrix(node_table(graph)), edge_index(graph)
 
 
 @dataclass
@@ -137,7 +80,7 @@ def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> Tr
     by_config = sorted(range(len(kept)), key=lambda i: (kept[i].graph_key, kept[i].batch))
     with tqdm(total=len(kept), desc="analytical estimates", unit="record", file=sys.stderr) as bar:
         for (key, batch), group in itertools.groupby(by_config, key=lambda i: (kept[i].graph_key, kept[i].batch)):
-            table = scale_batch(graphs[key], batch).table
+            table = node_table(scale_batch(graphs[key], batch))
             for i in group:
                 inputs = record_inputs(table, asdict(kept[i]), analytical)
                 names = names or list(inputs.features)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from dippm_nas.cost.pmgns import PMGNS, TARGETS, log_latency
+from dippm_nas.cost.scaling import Scaling
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.splits import Split
@@ -82,53 +83,6 @@ class TrainConfig:
                              f"got {self.corrected_targets}")
         if self.members < 1:
             raise ValueError(f"members {self.members}: an ensemble has 1 network or more (1 is the shipped model)")
-
-
-#: A feature (almost) constant in training keeps unit scale: dividing by its tiny spread would blow up
-#: a value training never saw.
-MIN_FEATURE_STD = 1e-2
-#: Standardised features are clipped to this many standard deviations, in training too.
-FEATURE_CLIP = 8.0
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """How training and prediction scale a feature matrix's columns: z-scores over the training rows,
-    each clamped to the range those rows gave it (and to +-FEATURE_CLIP).
-
-    The network learned nothing of a value beyond that range. A feature constant in training (a
-    GPU's spec sheet when one GPU's records are the training set, the count of an operator no
-    training model has, a PyTorch release newer or older than all of them) kept the random weights
-    its first layer started with, and a value training never gave it would add their random sum to
-    every prediction; one that varied was learned over its range only. Beyond it, a value reads as
-    the nearest one training saw."""
-
-    mean: torch.Tensor
-    std: torch.Tensor
-    low: torch.Tensor
-    high: torch.Tensor
-
-    @classmethod
-    def of(cls, rows: np.ndarray | torch.Tensor) -> Scaling:
-        rows = torch.as_tensor(rows, dtype=torch.float32)
-        mean, std = rows.mean(dim=0), rows.std(dim=0, correction=0)
-        std = torch.where(std < MIN_FEATURE_STD, torch.ones_like(std), std)
-        return cls(mean, std, ((rows.amin(dim=0) - mean) / std).clamp(min=-FEATURE_CLIP),
-                   ((rows.amax(dim=0) - mean) / std).clamp(max=FEATURE_CLIP))
-
-    def __call__(self, values: np.ndarray | torch.Tensor) -> torch.Tensor:
-        z = (torch.as_tensor(values, dtype=torch.float32) - self.mean) / self.std
-        return torch.minimum(torch.maximum(z, self.low), self.high)
-
-    def columns(self, index: slice) -> Scaling:
-        return Scaling(*(getattr(self, f.name)[index] for f in fields(self)))
-
-    def to_json(self) -> dict[str, list[float]]:
-        return {f.name: getattr(self, f.name).tolist() for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, raw: dict[str, list[float]]) -> Scaling:
-        return cls(*(torch.tensor(raw[f.name], dtype=torch.float32) for f in fields(cls)))
 
 
 @dataclass

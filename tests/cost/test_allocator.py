@@ -7,6 +7,7 @@ import torch.nn as nn
 from dippm_nas import build_graph
 from dippm_nas.cost.allocator import MIB, CachingAllocator, replay
 from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.table import node_table
 
 
 def test_small_requests_share_two_mib_segments():
@@ -91,7 +92,7 @@ def test_a_workspace_of_several_tensors_is_replayed_tensor_by_tensor():
 @pytest.mark.parametrize("batch", [1, 64])
 def test_memory_is_context_plus_the_replayed_peak(batch):
     mlp = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
-    table = build_graph(mlp, (1024,), batch=batch).table
+    table = node_table(build_graph(mlp, (1024,), batch=batch))
     model = AnalyticalCostModel()
     m = model.memory(table, "fp16")
     live = m.weights_mib + m.activations_mib + m.workspace_mib

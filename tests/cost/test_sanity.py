@@ -11,8 +11,8 @@ from dippm_nas import build_graph, get_device, mig_table, predict_graph
 from dippm_nas.cost.analytical import (HOST_OPERATOR_US, HOST_VIEW_US, IDLE_POWER_FRACTION, AnalyticalCostModel,
                                        queued_latency)
 from dippm_nas.graph.batching import scale_batch
-from dippm_nas.graph.model_graph import EAGER_HOLD, EAGER_INPLACE_OF
-from dippm_nas.graph.table import NodeTable
+from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF
+from dippm_nas.cost.table import NodeTable, node_table
 
 
 @pytest.fixture(scope="module")
@@ -147,14 +147,14 @@ def test_gpu_waits_on_the_host_when_its_operators_are_short():
 
     g = build_graph("resnet18", batch=1)
     model, gpu = AnalyticalCostModel(), get_device("h100-sxm")
-    small = model.roofline(g.table, gpu, "fp16")
+    small = model.roofline(node_table(g), gpu, "fp16")
     host = float(small.host_s.sum())
     assert small.latency_s >= host > 3 * small.time_s.sum() and small.host_wait_share() > 0.6
-    assert host == pytest.approx((~g.table.is_view).sum() * HOST_OPERATOR_US * 1e-6 + g.table.is_view.sum() * HOST_VIEW_US * 1e-6)
-    large = model.roofline(scale_batch(g, 1024).table, gpu, "fp16")
+    assert host == pytest.approx((~node_table(g).is_view).sum() * HOST_OPERATOR_US * 1e-6 + node_table(g).is_view.sum() * HOST_VIEW_US * 1e-6)
+    large = model.roofline(node_table(scale_batch(g, 1024)), gpu, "fp16")
     assert large.latency_s == pytest.approx(large.time_s.sum(), rel=0.01) and large.host_wait_share() < 0.01
     # the GPU idles while it waits: energy is the idle power over the latency plus the busy units' share
-    estimate = model.summarize(g.table, small, gpu, "fp16")
+    estimate = model.summarize(node_table(g), small, gpu, "fp16")
     idle_w = IDLE_POWER_FRACTION * gpu.tdp_w
     assert estimate.latency_ms == pytest.approx(small.latency_s * 1e3)
     assert estimate.energy_j == pytest.approx(small.latency_s * idle_w + small.busy_s.sum() * (gpu.tdp_w - idle_w))

@@ -26,8 +26,8 @@ def test_features_of_a_batch_are_its_samples(model):
     """Node and static features are per sample: the same from a graph exported at batch 8 as at 1."""
     import numpy as np
 
-    from dippm_nas.graph.features import node_feature_matrix, node_feature_names, static_features
-    from dippm_nas.graph.table import NodeTable
+    from dippm_nas.cost.features import node_feature_matrix, node_feature_names, static_features
+    from dippm_nas.cost.table import NodeTable
 
     g1, g8 = build_graph(model, batch=1), build_graph(model, batch=8)
     one, eight = NodeTable.of(g1), NodeTable.of(g8)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from dippm_nas import build_graph
+from dippm_nas.cost.table import node_table
 from dippm_nas.graph.stitch import stitch
 
 
@@ -22,6 +23,6 @@ def test_stitched_blocks_free_what_the_whole_model_frees():
     assert [n.kind for n in stitched.nodes] == [n.kind for n in whole.nodes]
     assert stitched.edges == whole.edges
     # eager keeps each block's output until the next block returns: not freed after its first reader
-    np.testing.assert_array_equal(stitched.table.free_step, whole.table.free_step)
+    np.testing.assert_array_equal(node_table(stitched).free_step, node_table(whole).free_step)
     per_block = len(stitched.nodes) // 3
-    assert stitched.table.free_step[per_block - 1] == 2 * per_block - 1
+    assert node_table(stitched).free_step[per_block - 1] == 2 * per_block - 1

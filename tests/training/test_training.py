@@ -104,7 +104,7 @@ def small_training_set(tmp_path_factory):
 
 
 def test_a_feature_reads_no_further_than_training_took_it():
-    from dippm_nas.training.train import FEATURE_CLIP, Scaling
+    from dippm_nas.cost.scaling import FEATURE_CLIP, Scaling
 
     # columns: varied over 0..4; constant (a GPU's spec sheet in a one-GPU training set); one outlier far out
     rows = np.array([[0.0, 3.0, 0.0], [1.0, 3.0, 0.0], [2.0, 3.0, 0.0], [3.0, 3.0, 0.0], [4.0, 3.0, 1e6]])
@@ -123,7 +123,8 @@ def test_a_feature_reads_no_further_than_training_took_it():
 
 def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas import build_graph
-    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load, save
+    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load
+    from dippm_nas.training.ship import save
     from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, log_latency
     from dippm_nas.hardware import get_device
     from dataclasses import replace
@@ -224,7 +225,8 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
     from dataclasses import replace
 
     from dippm_nas import build_graph
-    from dippm_nas.cost.learned import PMGNSCostModel, load, save
+    from dippm_nas.cost.learned import PMGNSCostModel, load
+    from dippm_nas.training.ship import save
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
     from dippm_nas.inputs import TensorSpec

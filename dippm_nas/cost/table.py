@@ -1,5 +1,6 @@
 """A graph as columns: every per-operator number the learned features and the analytical model read,
-taken from the operators once.
+taken from the operators once, with the rules of PyTorch eager, autocast, cuDNN and the caching
+allocator that decide what each operator moves and holds.
 
 PMGNS has to predict in a few milliseconds once the graph exists; walking the operators in Python
 once per consumer (batch-1 copy, node features, roofline, liveness) cost most of that. Here each
@@ -21,7 +22,8 @@ from operator import attrgetter
 import numpy as np
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF, ModelGraph, Node
+from dippm_nas.graph.model_graph import ModelGraph, Node
+from dippm_nas.graph.tensor import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF
 
 MAX_RANK = 5
 SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
@@ -399,3 +401,17 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, he
     last_use[shares] = -1
     last_use[owner[list(graph.outputs)]] = n
     return last_use
+
+
+#: Where :func:`node_table` keeps a graph's table on the graph object.
+_TABLE_ATTR = "_dippm_node_table"
+
+
+def node_table(graph: ModelGraph) -> NodeTable:
+    """The operators' numbers as columns, computed once per graph object and kept on it: every MIG
+    slice, device and precision a graph is predicted for reads the same table. A copy made with
+    ``dataclasses.replace`` (another batch, another name) is another graph and gets its own."""
+    table = graph.__dict__.get(_TABLE_ATTR)
+    if table is None:
+        table = graph.__dict__[_TABLE_ATTR] = NodeTable.of(graph)
+    return table

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from dippm_nas.graph import ops
-from dippm_nas.graph.model_graph import MAC_CATEGORIES, ModelGraph
-from dippm_nas.graph.table import MAX_RANK, SHAPE_COLUMNS, NodeTable
+from dippm_nas.cost.table import MAX_RANK, SHAPE_COLUMNS, NodeTable, node_table
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.tensor import MAC_CATEGORIES
 
 
 def _log(value: float) -> float:
@@ -121,6 +122,6 @@ def to_pyg(graph: ModelGraph):
     """A ``torch_geometric.data.Data`` with ``x``, ``edge_index`` and ``static`` (1 x F)."""
     from torch_geometric.data import Data
 
-    table = graph.table
+    table = node_table(graph)
     static = torch.tensor([list(static_features(table).values())], dtype=torch.float32)
     return Data(x=node_feature_matrix(table), edge_index=edge_index(graph), static=static, num_nodes=len(graph.nodes))

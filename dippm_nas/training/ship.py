@@ -1,0 +1,41 @@
+"""Write a fitted PMGNS as the library loads it: safetensors weights beside a JSON card
+(:func:`dippm_nas.cost.learned.load` reads them back)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dippm_nas.cost.analytical import version_numbers
+from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.training.dataset import TrainingSet
+from dippm_nas.training.train import Fitted
+
+
+def save(fitted: Fitted, ts: TrainingSet, trained_on: np.ndarray, path: Path, extra: dict) -> None:
+    """Weights to ``path``.safetensors, the card to ``path``.json; what the card says was learned from
+    (devices, precisions, families, batches) is read from the records ``trained_on``."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    members = torch.nn.ModuleList(fitted.models).state_dict()  # keys "<member>.<parameter>"
+    save_file({k: v.contiguous() for k, v in members.items()}, str(path.with_suffix(".safetensors")))
+    records = [ts.records[i] for i in trained_on]
+    target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
+                      for i, t in enumerate(TARGETS) if t in fitted.config.corrected_targets}
+    batches, counts = np.unique([r.batch for r in records], return_counts=True)
+    card = {
+        "config": vars(fitted.config), "static_features": ts.static_names,
+        "static_scaling": fitted.static_scaling.to_json(), "node_scaling": fitted.node_scaling.to_json(),
+        "node_dim": int(ts.x[0].shape[1]), "members": len(fitted.models), "devices": sorted({r.device for r in records}),
+        "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
+        "target_devices": {t: d for t, d in target_devices.items() if d},
+        "torch_versions": {d: max((r.torch for r in records if r.device == d), key=version_numbers)
+                           for d in sorted({r.device for r in records})},
+        "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
+        "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
+    }
+    path.with_suffix(".json").write_text(json.dumps(card, indent=1))
