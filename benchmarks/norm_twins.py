@@ -46,9 +46,9 @@ def main() -> int:
     from dataclasses import asdict
 
     from dippm_nas.cost.analytical import AnalyticalCostModel
+    from dippm_nas.cost.learned_inputs import record_inputs
     from dippm_nas.cost.table import node_table
     from dippm_nas.graph.batching import scale_batch
-    from dippm_nas.cost.learned_inputs import record_inputs
     from dippm_nas.training.dataset import load_graphs
     from dippm_nas.training.records import load_records
 

@@ -94,8 +94,8 @@ def _stages(learned, graphs, device, rounds: int) -> dict[str, float]:
     import torch
 
     from dippm_nas.cost.learned import one_thread
-    from dippm_nas.cost.table import node_table
     from dippm_nas.cost.learned_inputs import record_inputs
+    from dippm_nas.cost.table import node_table
 
     request = {"batch": graphs[0].batch, "device": device.key, "precision": "fp16", "layout": "nchw",
                "torch": learned.card.torch_versions[device.key]}

@@ -10,8 +10,17 @@
 """
 
 from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.cost.base import (CostModel, Estimate, MemoryBreakdown, NodeCost, NotCovered, Prediction,
-                                 cost_model_names, get_cost_model, register_cost_model)
+from dippm_nas.cost.base import (
+    CostModel,
+    Estimate,
+    MemoryBreakdown,
+    NodeCost,
+    NotCovered,
+    Prediction,
+    cost_model_names,
+    get_cost_model,
+    register_cost_model,
+)
 
 
 def _pmgns() -> CostModel:

@@ -12,8 +12,8 @@ import warnings
 import numpy as np
 import torch
 
-from dippm_nas.graph import ops
 from dippm_nas.cost.table import MAX_RANK, SHAPE_COLUMNS, NodeTable, node_table
+from dippm_nas.graph import ops
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.tensor import MAC_CATEGORIES
 

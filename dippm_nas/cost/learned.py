@@ -25,8 +25,7 @@ import torch
 
 from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
-from dippm_nas.cost.features import (adjacency, dense_node_features, node_feature_matrix, one_hot_columns,
-                                     one_hot_width)
+from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
 from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
 from dippm_nas.cost.scaling import Scaling

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from dippm_nas.errors import DippmError
+
 # Each module registers its frontends when imported; the priorities, not this order, decide matching.
 from dippm_nas.frontends import _callable, _module, _onnx, _paddle, _tensorflow, _timm, _transformers  # noqa: F401
-from dippm_nas.frontends._registry import (Frontend, LoadedModel, frontend_names, frontends, import_extra,
-                                           register_frontend, require_extra)
+from dippm_nas.frontends._registry import (
+    Frontend,
+    LoadedModel,
+    frontend_names,
+    frontends,
+    import_extra,
+    register_frontend,
+    require_extra,
+)
 from dippm_nas.frontends._timm import build_timm, default_input, timm_family
-from dippm_nas.errors import DippmError
 from dippm_nas.inputs import InputLike, check_batch, normalize_inputs
 
 __all__ = ["Frontend", "LoadedModel", "build_timm", "default_input", "frontend_names", "frontends", "import_extra",

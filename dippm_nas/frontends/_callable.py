@@ -8,8 +8,8 @@ import re
 import torch
 
 from dippm_nas.errors import ModelLoadError
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec
 
 _PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -20,10 +20,10 @@ from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_convert_map
 
 from dippm_nas.errors import ExportError, ModelLoadError, one_line
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._canonical import canonicalize
-from dippm_nas.relax_contract import generic_call
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
+from dippm_nas.relax_contract import generic_call
 
 _ONNX_DTYPES = {
     onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",

@@ -8,8 +8,8 @@ import timm
 import torch
 
 from dippm_nas.errors import UnknownModelError, suggest
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 

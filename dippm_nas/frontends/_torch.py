@@ -31,8 +31,8 @@ from tvm.relax.frontend.torch.exported_program_translator import ExportedProgram
 from dippm_nas.errors import ExportError, one_line
 from dippm_nas.frontends._eager_liveness import eager_holds
 from dippm_nas.graph import ops
-from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, generic_call
 from dippm_nas.inputs import InputSpec
+from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, generic_call
 
 _TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,

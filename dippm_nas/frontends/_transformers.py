@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from dippm_nas.errors import ModelLoadError, suggest
-from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._module import load_module
+from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 DEFAULT_SEQUENCE_LENGTH = 128

@@ -14,8 +14,8 @@ from typing import Any
 from dippm_nas.cache import GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.stitch import stitch
-from dippm_nas.integration.candidate import Block, Candidate
 from dippm_nas.inputs import InputLike, TensorSpec
+from dippm_nas.integration.candidate import Block, Candidate
 
 
 def _model_key(model: Any, inputs: InputLike, batch: int) -> str:

@@ -23,7 +23,11 @@ from torch.profiler import ProfilerActivity, profile
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.environment import Environment
 from dippm_nas.measure.runner import (
-    MEASUREMENTS, Measurement, ModelOnDevice, configuration_row, model_input,
+    MEASUREMENTS,
+    Measurement,
+    ModelOnDevice,
+    configuration_row,
+    model_input,
 )
 from dippm_nas.measure.timing import Timer, warm_up
 

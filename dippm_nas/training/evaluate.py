@@ -13,11 +13,24 @@ import numpy as np
 
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
-from dippm_nas.training.metrics import (BOOTSTRAP_SAMPLES, cluster_bootstrap, kendall_tau, mape, median_ratio, summary,
-                                        tau_by_error_part)
+from dippm_nas.training.metrics import (
+    BOOTSTRAP_SAMPLES,
+    cluster_bootstrap,
+    kendall_tau,
+    mape,
+    median_ratio,
+    summary,
+    tau_by_error_part,
+)
 from dippm_nas.training.splits import Split, device_split, family_split, random_split
-from dippm_nas.training.train import (TrainConfig, applied_corrections, final_training_records, fit, fit_split,
-                                      predict_targets)
+from dippm_nas.training.train import (
+    TrainConfig,
+    applied_corrections,
+    final_training_records,
+    fit,
+    fit_split,
+    predict_targets,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMPARISON = ("sage", "gcn", "gat", "gin", "mlp")

@@ -33,8 +33,8 @@ def store_key(graph_key: str) -> str:
 
 def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
     warnings.filterwarnings("ignore")
-    from dippm_nas.inputs import TensorSpec
     from dippm_nas._predict import build_graph
+    from dippm_nas.inputs import TensorSpec
 
     source, _, rest = graph_key.partition(":")
     model, _, size = rest.rpartition("@")

@@ -22,6 +22,7 @@ from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.splits import Split
 
+
 @dataclass
 class TrainConfig:
     conv: str = "sage"

@@ -8,11 +8,16 @@ import torch
 from torch import nn
 
 from dippm_nas import build_graph, get_device, mig_table, predict_graph
-from dippm_nas.cost.analytical import (HOST_OPERATOR_US, HOST_VIEW_US, IDLE_POWER_FRACTION, AnalyticalCostModel,
-                                       queued_latency)
+from dippm_nas.cost.analytical import (
+    HOST_OPERATOR_US,
+    HOST_VIEW_US,
+    IDLE_POWER_FRACTION,
+    AnalyticalCostModel,
+    queued_latency,
+)
+from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF
-from dippm_nas.cost.table import NodeTable, node_table
 
 
 @pytest.fixture(scope="module")

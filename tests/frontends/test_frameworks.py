@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+# isort: off
 import dippm_nas  # noqa: F401  # before TensorFlow, so that Triton loads first (see dippm_nas._llvm)
 from dippm_nas import TensorSpec, build_graph, predict
 from dippm_nas.cli import main
@@ -20,6 +21,7 @@ from dippm_nas.errors import MissingExtraError, ModelLoadError
 import paddle  # noqa: E402  # before TensorFlow: Paddle's native core crashes when loaded after it
 import keras  # noqa: E402
 from keras import layers, ops  # noqa: E402
+# isort: on
 
 SEQ, DIM, HEADS, HIDDEN = 16, 32, 4, 128
 PREDICTION_TOLERANCE = 0.02  # the bar: predictions within 2 % of each other

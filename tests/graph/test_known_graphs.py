@@ -11,10 +11,10 @@ from torch import nn
 
 from dippm_nas import TensorSpec, build_graph
 from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.graph.batching import scale_batch
 from dippm_nas.cost.features import node_feature_names, static_features, to_pyg
-from dippm_nas.graph.signature import graph_signature
 from dippm_nas.cost.table import NodeTable
+from dippm_nas.graph.batching import scale_batch
+from dippm_nas.graph.signature import graph_signature
 from dippm_nas.hardware import get_device
 
 
@@ -322,8 +322,8 @@ def test_torch_and_onnx_recurrent_layers_cost_the_same(tmp_path, cls):
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat", "gin"])
 def test_adjacency_and_edge_index_give_the_same_pmgns_output(small_cnn, conv):
     """Training batches graphs through edge_index; one prediction uses the sparse adjacency."""
-    from dippm_nas.cost.pmgns import PMGNS
     from dippm_nas.cost.features import adjacency, edge_index, node_feature_matrix
+    from dippm_nas.cost.pmgns import PMGNS
 
     torch.manual_seed(0)
     g = build_graph(small_cnn, (3, 8, 8), batch=2)

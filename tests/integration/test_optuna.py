@@ -13,7 +13,12 @@ from dippm_nas import DippmError
 from dippm_nas.hardware.mig import fits, required_memory
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.integration import (
-    HardwareConstraints, HardwareCostModel, HardwareObjective, feasible_pareto_front, is_feasible, trials_fitting_mig,
+    HardwareConstraints,
+    HardwareCostModel,
+    HardwareObjective,
+    feasible_pareto_front,
+    is_feasible,
+    trials_fitting_mig,
 )
 from search_spaces import BlockSpec, Candidate, SearchSpace, get_search_space
 from search_spaces.base import register_block

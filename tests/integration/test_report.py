@@ -40,7 +40,7 @@ def study_url(tmp_path_factory):
 def test_report_renders_plots_and_pareto_table(study_url, tmp_path, capsys):
     if shutil.which("chromium") is None:
         pytest.skip("Debian's chromium is not installed (`.ci/run` installs it)")
-    from dippm_nas.integration.browser import rendered_dom, screenshot
+    from dippm_nas.integration.browser import rendered_dom
 
     out = tmp_path / "report.html"
     assert main(["report", "--storage", study_url, "--study", "zoo", "--out", str(out), "--png", str(tmp_path / "png"),

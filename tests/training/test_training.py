@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from dippm_nas.training.metrics import (cluster_bootstrap, kendall_tau, mape, median_ratio, per_group_log_bias,
-                                        tau_by_error_part, within)
+from dippm_nas.training.metrics import (
+    cluster_bootstrap,
+    kendall_tau,
+    mape,
+    median_ratio,
+    per_group_log_bias,
+    tau_by_error_part,
+    within,
+)
 from dippm_nas.training.records import DATA, harness_records, timm_records
 from dippm_nas.training.splits import device_split, family_split, random_split
 
@@ -122,14 +129,13 @@ def test_a_feature_reads_no_further_than_training_took_it():
 
 
 def test_train_save_load_predict(small_training_set, tmp_path):
-    from dippm_nas import build_graph
-    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load
-    from dippm_nas.training.ship import save
-    from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, log_latency
-    from dippm_nas.hardware import get_device
     from dataclasses import replace
 
-    from dippm_nas.cost.pmgns import TARGETS
+    from dippm_nas import build_graph
+    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load
+    from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS, log_latency
+    from dippm_nas.hardware import get_device
+    from dippm_nas.training.ship import save
     from dippm_nas.training.train import TrainConfig, fit, predict_targets
 
     ts = small_training_set
@@ -226,10 +232,10 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
 
     from dippm_nas import build_graph
     from dippm_nas.cost.learned import PMGNSCostModel, load
-    from dippm_nas.training.ship import save
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
     from dippm_nas.inputs import TensorSpec
+    from dippm_nas.training.ship import save
     from dippm_nas.training.train import TrainConfig, fit_split, predict_targets
 
     ts = small_training_set
