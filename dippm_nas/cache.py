@@ -23,7 +23,8 @@ BUSY_TIMEOUT_MS = 60_000
 #: Stores a graph unless one of this format is there already; a row another version wrote (another
 #: ``FORMAT``) is replaced, not kept beside nor in the way.
 STORE_GRAPH = ("INSERT INTO graphs (key, kind, format, blob) VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
-               "kind = excluded.kind, format = excluded.format, blob = excluded.blob WHERE graphs.format != excluded.format")
+               "kind = excluded.kind, format = excluded.format, blob = excluded.blob "
+               "WHERE graphs.format != excluded.format")
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -50,8 +51,21 @@ def _create_schema(conn: sqlite3.Connection) -> None:
 class GraphCache:
     """``get``/``put`` graphs by key; memory first, then the SQLite file at ``path`` (if any).
 
-    >>> cache = GraphCache()                 # memory only
-    >>> cache = GraphCache("graphs.sqlite")  # doctest: +SKIP  (shared by every process using the file)
+    A key reads ``kind:rest``; the part before the first colon (``block``, ``model``) is the kind that
+    hit counts and :meth:`forget` go by. With ``path`` None the cache lives in memory only; with a
+    path, every process that opens the same file shares it.
+
+    >>> import os, tempfile
+    >>> from dippm_nas.graph import ModelGraph
+    >>> graph = ModelGraph("empty", batch=1, inputs=(), nodes=(), edges=(), outputs=(), param_count=0,
+    ...                    param_bytes=0)
+    >>> path = os.path.join(tempfile.mkdtemp(), "graphs.sqlite")
+    >>> GraphCache(path).put("block:abc", graph)
+    >>> cache = GraphCache(path)             # another process would see the same row
+    >>> cache.get("block:abc").name, cache.get("block:xyz")
+    ('empty', None)
+    >>> cache.hit_rate("block")
+    0.5
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
@@ -80,6 +94,7 @@ class GraphCache:
         return key.split(":", 1)[0]
 
     def get(self, key: str) -> ModelGraph | None:
+        """The graph stored under ``key``, or None; a row another ``FORMAT`` wrote counts as a miss."""
         kind = self._kind(key)
         graph = self._memory.get(key)
         if graph is None and self.path is not None:
@@ -93,6 +108,8 @@ class GraphCache:
         return graph
 
     def put(self, key: str, graph: ModelGraph) -> None:
+        """Store ``graph`` under ``key`` in memory and, with a path, on disk, where a row of this ``FORMAT``
+        already stored under the key is kept (two workers that made the same graph agree on one)."""
         self._memory[key] = graph
         if self.path is not None:
             blob = graph_to_bytes(graph)
@@ -106,10 +123,12 @@ class GraphCache:
             return self._connection().execute("SELECT COUNT(*) FROM graphs").fetchone()[0]
 
     def hit_rate(self, kind: str) -> float:
+        """The share of this object's ``get`` calls for keys of ``kind`` that found a graph; 0.0 before any."""
         total = self.hits[kind] + self.misses[kind]
         return self.hits[kind] / total if total else 0.0
 
     def memory_keys(self, kind: str) -> list[str]:
+        """The keys of ``kind`` held in memory by this process (the disk store may hold more)."""
         return [k for k in self._memory if self._kind(k) == kind]
 
     def forget(self, kind: str) -> None:

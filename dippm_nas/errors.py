@@ -15,20 +15,22 @@ class DippmError(ValueError):
 
 
 class UnknownDeviceError(DippmError, KeyError):
+    """A device key the registry does not know; also a KeyError, so ``except KeyError`` catches it."""
+
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 
 
 class UnknownModelError(DippmError):
-    pass
+    """A model name that no frontend recognises (not a timm name, file, ``module:factory`` or ``hf:`` type)."""
 
 
 class ModelLoadError(DippmError):
-    pass
+    """The model was recognised but could not be read or built (a bad file, a failed import or conversion)."""
 
 
 class InputSpecError(DippmError):
-    pass
+    """An input shape, dtype or batch size that cannot be used; the message shows the accepted form."""
 
 
 class MissingExtraError(DippmError, ImportError):
@@ -40,12 +42,20 @@ class ExportError(DippmError):
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
-    """``TypeName: first line of the message``: enough to act on, short enough for a one-line error."""
+    """``TypeName: first line of the message``: enough to act on, short enough for a one-line error.
+
+    >>> one_line(RuntimeError("shape mismatch")), one_line(ValueError())
+    ('RuntimeError: shape mismatch', 'ValueError')
+    """
     text = str(exc).splitlines()[0][:limit] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def suggest(name: str, known: Iterable[str], n: int = 5) -> str:
-    """A 'did you mean' fragment for an error message, empty when nothing is close."""
+    """A 'did you mean' fragment for an error message, empty when nothing is close.
+
+    >>> suggest("resnet5", ["resnet50", "vit_base"])
+    ' Did you mean: resnet50?'
+    """
     close = difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)
     return f" Did you mean: {', '.join(close)}?" if close else ""

@@ -14,7 +14,15 @@ IMAGE_SHAPE = (3, 224, 224)
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One model input. ``shape`` excludes the batch dimension, which the prediction adds."""
+    """One model input. ``shape`` excludes the batch dimension, which the prediction adds.
+
+    Raises :class:`~dippm_nas.errors.InputSpecError` for a dimension that is not a positive integer
+    or a dtype outside ``DTYPES``.
+
+    >>> spec = TensorSpec((128,), "int64", "input_ids")
+    >>> spec.with_batch(8), str(spec)
+    ((8, 128), 'input_ids=128:int64')
+    """
 
     shape: tuple[int, ...]
     dtype: str = "float32"
@@ -30,6 +38,7 @@ class TensorSpec:
             raise InputSpecError(f"input {self.name!r} has dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}.")
 
     def with_batch(self, batch: int) -> tuple[int, ...]:
+        """The full tensor shape, with ``batch`` as the leading dimension."""
         return (batch, *self.shape)
 
     def __str__(self) -> str:
@@ -41,13 +50,18 @@ InputLike = Sequence[int] | TensorSpec | Sequence[TensorSpec] | str | None
 
 
 def check_batch(batch: object) -> int:
+    """``batch`` itself if it is a positive int (a bool is not), else :class:`InputSpecError`."""
     if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
         raise InputSpecError(f"batch size must be a positive integer, got {batch!r}.")
     return batch
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
-    """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)``."""
+    """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)``.
+
+    >>> parse_shape("3x224x224")
+    (3, 224, 224)
+    """
     parts = [p for p in re.split(r"[,x\s]+", text.strip().strip("()[]")) if p]
     try:
         return tuple(int(p) for p in parts)
@@ -59,14 +73,24 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 
 def parse_tensor_spec(text: str, index: int = 0) -> TensorSpec:
-    """``"input_ids=128:int64"``, ``"128:int64"`` or ``"3,224,224"``."""
+    """``"input_ids=128:int64"``, ``"128:int64"`` or ``"3,224,224"``; an unnamed spec is ``input{index}``.
+
+    >>> parse_tensor_spec("input_ids=128:int64")
+    TensorSpec(shape=(128,), dtype='int64', name='input_ids')
+    """
     name, _, rest = text.rpartition("=") if "=" in text else ("", "", text)
     shape_text, _, dtype = rest.partition(":")
     return TensorSpec(parse_shape(shape_text), dtype or "float32", name or f"input{index}")
 
 
 def normalize_inputs(inputs: InputLike) -> InputSpec | None:
-    """Accept a shape, a spec, a list of specs or a CLI string; None means 'the model's default'."""
+    """Accept a shape, a spec, a list of specs or a CLI string; None means 'the model's default'.
+
+    >>> normalize_inputs((3, 224, 224))
+    (TensorSpec(shape=(3, 224, 224), dtype='float32', name='x'),)
+    >>> [str(s) for s in normalize_inputs("ids=128:int64;mask=128:int64")]
+    ['ids=128:int64', 'mask=128:int64']
+    """
     if inputs is None:
         return None
     if isinstance(inputs, str):

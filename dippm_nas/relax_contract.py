@@ -38,7 +38,11 @@ def generic_call(name: str, args: list[relax.Expr], out_ty: object,
 
 def tensor_of_type(ty: object) -> Tensor | None:
     """The Tensor of a Relax tensor type with a known shape, else None (a symbolic dimension raises
-    TypeError: the frontends fix every input shape before a graph is read)."""
+    TypeError: the frontends fix every input shape before a graph is read).
+
+    >>> tensor_of_type(relax.TensorType([1, 768], "float16"))
+    Tensor(shape=(1, 768), dtype='float16')
+    """
     if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
         return Tensor(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
     return None

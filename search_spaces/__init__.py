@@ -23,8 +23,21 @@ SEARCH_SPACES: dict[str, type[SearchSpace]] = {
 
 
 def get_search_space(name: str, **kwargs: Any) -> SearchSpace:
+    """The search space registered as ``name``, built with ``kwargs`` (such as ``fixed``, to pin parameters).
+
+    An unknown name is a DippmError that lists the known ones.
+
+    >>> space = get_search_space("resnet", fixed={"width_stem": 1.0})
+    >>> space.name, space.fixed
+    ('resnet', {'width_stem': 1.0})
+    >>> get_search_space("resnt")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dippm_nas.errors.DippmError: unknown search space 'resnt'; known: ... Did you mean: resnet?
+    """
     if name not in SEARCH_SPACES:
-        raise DippmError(f"unknown search space {name!r}; known: {', '.join(SEARCH_SPACES)}." + suggest(name, SEARCH_SPACES))
+        raise DippmError(f"unknown search space {name!r}; known: {', '.join(SEARCH_SPACES)}."
+                         + suggest(name, SEARCH_SPACES))
     return SEARCH_SPACES[name](**kwargs)
 
 

@@ -41,6 +41,15 @@ def _digest(payload: object) -> str:
 
 @dataclass(frozen=True)
 class BlockSpec:
+    """One block of a candidate: the registered ``kind`` that builds it, its configuration and input shape.
+
+    That is all the subgraph cache keys on, so equal specs share one exported graph.
+
+    >>> spec = BlockSpec.of("resnet_head", (512, 7, 7), cin=512)
+    >>> spec.config, spec.signature == BlockSpec.of("resnet_head", (512, 7, 7), cin=512).signature
+    ((('cin', 512),), True)
+    """
+
     kind: str
     config: tuple[tuple[str, Any], ...]
     input_shape: tuple[int, ...]  # without the batch
@@ -48,13 +57,16 @@ class BlockSpec:
 
     @staticmethod
     def of(kind: str, input_shape: tuple[int, ...], **config: Any) -> BlockSpec:
+        """A spec from the configuration as keyword arguments, sorted so their order does not matter."""
         return BlockSpec(kind, tuple(sorted(config.items())), tuple(input_shape))
 
     @property
     def signature(self) -> str:
+        """A hash of kind, configuration, input shape and dtype: the subgraph cache's key."""
         return _digest([self.kind, list(self.config), list(self.input_shape), self.dtype])
 
     def build(self) -> nn.Module:
+        """The block as a module, by its kind's registered builder, on the current default device."""
         return _BLOCKS[self.kind](**dict(self.config))
 
 
@@ -73,10 +85,12 @@ class Candidate:
 
     @property
     def signature(self) -> str:
+        """A hash of space, architecture and input shape: the stitched graph's cache key."""
         return _digest([self.space, dict(self.arch), list(self.input_shape)])
 
     @property
     def name(self) -> str:
+        """The space and the signature's first 12 hex digits, for reports."""
         return f"{self.space}:{self.signature[:12]}"
 
     @cached_property
@@ -88,7 +102,6 @@ class Candidate:
             return build_timm(self.model)
         with torch.device("meta"):
             return nn.Sequential(*[b.build() for b in self.blocks])
-
 
     def instantiate(self, device: str = "cpu") -> nn.Module:
         """The network with random weights on ``device``, for what needs real tensors (a proxy)."""
@@ -123,15 +136,18 @@ class SearchSpace(ABC):
         """The candidate for a stored architecture, e.g. ``study.best_trial.params``."""
 
     def check_names(self, arch: Mapping[str, Any]) -> None:
+        """Raise DippmError for a parameter the space does not have, or a value not among its choices."""
         known = self.parameters
         for name, value in arch.items():
             if name not in known:
                 raise DippmError(f"search space {self.name!r} has no parameter {name!r}." + suggest(name, known)
-                                 + f" Its parameters: {', '.join(list(known)[:12])}{', ...' if len(known) > 12 else ''}.")
+                                 + f" Its parameters: {', '.join(list(known)[:12])}"
+                                   f"{', ...' if len(known) > 12 else ''}.")
             if value not in known[name]:
                 raise DippmError(f"{self.name}: {name}={value!r} is not one of {known[name]}.")
 
     def choose(self, trial: Any, name: str) -> Any:
+        """The fixed value of parameter ``name`` if the space was built with one, else ``trial``'s choice."""
         if name in self.fixed:
             return self.fixed[name]
         return trial.suggest_categorical(name, list(self.parameters[name]))

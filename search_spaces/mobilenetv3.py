@@ -23,6 +23,7 @@ STEM_WIDTH, HEAD_WIDTH, FEATURE_WIDTH, CLASSES = 16, 960, 1280, 1000
 
 @register_block("mbv3_stem")
 def stem() -> nn.Module:
+    """A stride-2 3x3 convolution to 16 channels, then a residual depthwise-separable block."""
     first = nn.Sequential(conv_bn_act(STEM_WIDTH, STEM_WIDTH, 3, 1, STEM_WIDTH, "relu"),
                           nn.Conv2d(STEM_WIDTH, STEM_WIDTH, 1, bias=False), nn.BatchNorm2d(STEM_WIDTH))
     return nn.Sequential(conv_bn_act(3, STEM_WIDTH, 3, 2, act="hswish"), Residual(first))
@@ -30,6 +31,8 @@ def stem() -> nn.Module:
 
 @register_block("mbconv")
 def mbconv(cin: int, cout: int, kernel: int, expand: int, stride: int, act: str, se: bool) -> nn.Module:
+    """An inverted residual: 1x1 expansion by ``expand``, a depthwise ``kernel`` x ``kernel`` convolution at
+    ``stride``, squeeze-excite if ``se``, a 1x1 projection; with a shortcut where the shape is kept."""
     mid = cin * expand
     layers = [conv_bn_act(cin, mid, 1, act=act), conv_bn_act(mid, mid, kernel, stride, mid, act)]
     if se:
@@ -41,16 +44,20 @@ def mbconv(cin: int, cout: int, kernel: int, expand: int, stride: int, act: str,
 
 @register_block("mbv3_head")
 def head(cin: int) -> nn.Module:
+    """A 1x1 convolution to 960 channels, global pooling, the 1280-wide feature layer and the classifier."""
     return nn.Sequential(conv_bn_act(cin, HEAD_WIDTH, 1, act="hswish"), nn.AdaptiveAvgPool2d(1),
                          nn.Conv2d(HEAD_WIDTH, FEATURE_WIDTH, 1), nn.Hardswish(), nn.Flatten(),
                          nn.Linear(FEATURE_WIDTH, CLASSES))
 
 
 class MobileNetV3Space(SearchSpace):
+    """The OFA MobileNetV3 space; a stage's depth decides how many of its blocks are asked for."""
+
     name = "mobilenetv3"
 
     @property
     def parameters(self) -> dict[str, tuple[Any, ...]]:
+        """``resolution``, and per stage ``depth_{s}``, and ``kernel_{s}_{b}`` and ``expand_{s}_{b}`` per block."""
         params: dict[str, tuple[Any, ...]] = {"resolution": RESOLUTIONS}
         for s in range(len(STAGES)):
             params[f"depth_{s}"] = DEPTHS
@@ -60,6 +67,7 @@ class MobileNetV3Space(SearchSpace):
         return params
 
     def sample(self, trial: Any) -> Candidate:
+        """Ask for the resolution and each stage's depth, and kernel and expand ratio only of the blocks kept."""
         arch: dict[str, Any] = {"resolution": self.choose(trial, "resolution")}
         for s in range(len(STAGES)):
             depth = arch[f"depth_{s}"] = self.choose(trial, f"depth_{s}")
@@ -69,6 +77,7 @@ class MobileNetV3Space(SearchSpace):
         return self.from_arch(arch)
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
+        """The stem, the stages' blocks and the head for ``arch``; a DippmError for an unknown name or value."""
         self.check_names(arch)
         res = arch["resolution"]
         size = res // 2

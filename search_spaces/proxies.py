@@ -20,6 +20,15 @@ ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.GELU, nn.SiLU)
 
 @torch.no_grad()
 def naswot_score(model: nn.Module, input_shape: tuple[int, ...], batch: int = 16, seed: int = 0) -> float:
+    """NASWOT's ``log|det K|`` of ``model`` (higher ranks better) on ``batch`` Gaussian inputs drawn from ``seed``.
+
+    ``input_shape`` excludes the batch. The model is put in eval mode; one without an activation layer
+    to hook is a ValueError.
+
+    >>> score = naswot_score(nn.Sequential(nn.Flatten(), nn.Linear(12, 32), nn.ReLU()), (3, 2, 2))
+    >>> score > 0
+    True
+    """
     model = model.eval()
     codes: list[torch.Tensor] = []
 

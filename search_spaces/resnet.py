@@ -25,12 +25,16 @@ CLASSES = 1000
 
 @register_block("resnet_stem")
 def stem(width: int) -> nn.Module:
+    """The deep stem: three 3x3 convolutions (the first at stride 2) to ``width`` channels, a stride-2 max pool."""
     mid = make_divisible(width / 2)
     return nn.Sequential(conv_bn_act(3, mid, 3, 2), conv_bn_act(mid, mid, 3), conv_bn_act(mid, width, 3),
                          nn.MaxPool2d(3, 2, 1))
 
 
 class Bottleneck(nn.Module):
+    """1x1 to ``mid`` channels, 3x3 at ``stride``, 1x1 to ``cout``; where the shape changes the shortcut
+    average-pools and projects (ResNet-D)."""
+
     def __init__(self, cin: int, mid: int, cout: int, stride: int):
         super().__init__()
         self.body = nn.Sequential(conv_bn_act(cin, mid, 1), conv_bn_act(mid, mid, 3, stride),
@@ -41,24 +45,30 @@ class Bottleneck(nn.Module):
         self.act = nn.ReLU()
 
     def forward(self, x):
+        """ReLU of the body's output plus the shortcut's."""
         return self.act(self.body(x) + self.shortcut(x))
 
 
 @register_block("bottleneck")
 def bottleneck(cin: int, mid: int, cout: int, stride: int) -> nn.Module:
+    """The ``bottleneck`` block kind: a :class:`Bottleneck`."""
     return Bottleneck(cin, mid, cout, stride)
 
 
 @register_block("resnet_head")
 def head(cin: int) -> nn.Module:
+    """Global average pooling and the classifier."""
     return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, CLASSES))
 
 
 class ResNetSpace(SearchSpace):
+    """The OFA ResNet-50 space; a stage's extra depth decides how many of its blocks are asked for."""
+
     name = "resnet"
 
     @property
     def parameters(self) -> dict[str, tuple[Any, ...]]:
+        """``width_stem``, and per stage ``extra_depth_{s}``, ``width_{s}``, and ``expand_{s}_{b}`` per block."""
         params: dict[str, tuple[Any, ...]] = {"width_stem": WIDTH_MULTS}
         for s, base in enumerate(BASE_DEPTHS):
             params[f"extra_depth_{s}"] = EXTRA_DEPTHS
@@ -68,6 +78,7 @@ class ResNetSpace(SearchSpace):
         return params
 
     def sample(self, trial: Any) -> Candidate:
+        """Ask for the widths and each stage's extra depth, and the expand ratio only of the blocks kept."""
         arch: dict[str, Any] = {"width_stem": self.choose(trial, "width_stem")}
         for s, base in enumerate(BASE_DEPTHS):
             arch[f"width_{s}"] = self.choose(trial, f"width_{s}")
@@ -78,6 +89,7 @@ class ResNetSpace(SearchSpace):
         return self.from_arch(arch)
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
+        """The stem, the stages' bottlenecks and the head for ``arch``; a DippmError for an unknown name or value."""
         self.check_names(arch)
         cin = make_divisible(STEM_WIDTH * arch["width_stem"])
         blocks = [BlockSpec.of("resnet_stem", (3, RESOLUTION, RESOLUTION), width=cin)]
@@ -87,7 +99,8 @@ class ResNetSpace(SearchSpace):
             for b in range(base + arch[f"extra_depth_{s}"]):
                 stride = STRIDES[s] if b == 0 else 1
                 mid = make_divisible(cout * arch[f"expand_{s}_{b}"])
-                blocks.append(BlockSpec.of("bottleneck", (cin, size, size), cin=cin, mid=mid, cout=cout, stride=stride))
+                blocks.append(BlockSpec.of("bottleneck", (cin, size, size), cin=cin, mid=mid, cout=cout,
+                                           stride=stride))
                 size //= stride
                 cin = cout
         blocks.append(BlockSpec.of("resnet_head", (cin, size, size), cin=cin))

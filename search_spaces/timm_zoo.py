@@ -32,7 +32,18 @@ def imagenet_results(path: Path = RESULTS) -> dict[str, dict[str, Any]]:
 
 
 class TimmZooSpace(SearchSpace):
-    """``entries`` limits the choice (``name.tag@size`` keys, or bare timm names for all their rows)."""
+    """``entries`` limits the choice (``name.tag@size`` keys, or bare timm names for all their rows).
+
+    Without ``entries`` every row whose model this timm release has is a choice. An entry that matches no
+    row is a DippmError.
+
+    >>> space = TimmZooSpace(entries=["resnet10t"])
+    >>> space.parameters
+    {'model': ('resnet10t.c3_in1k@176', 'resnet10t.c3_in1k@224')}
+    >>> candidate = space.from_arch({"model": "resnet10t.c3_in1k@224"})
+    >>> candidate.model, candidate.input_shape, candidate.metadata["top1"]
+    ('resnet10t', (3, 224, 224), 68.354)
+    """
 
     name = "timm_zoo"
 
@@ -47,20 +58,23 @@ class TimmZooSpace(SearchSpace):
             for entry in entries:
                 matches = [k for k in results if k == entry or k.split(".")[0] == entry]
                 if not matches:
-                    raise DippmError(f"{entry!r} is not in timm's ImageNet results; give 'name.tag@size' or a timm name "
-                                     "from data/timm/results-imagenet.csv.")
+                    raise DippmError(f"{entry!r} is not in timm's ImageNet results; give 'name.tag@size' or a timm "
+                                     "name from data/timm/results-imagenet.csv.")
                 chosen.extend(matches)
         self.entries = tuple(sorted(set(chosen)))
         super().__init__(fixed)
 
     @property
     def parameters(self) -> dict[str, tuple[Any, ...]]:
+        """One parameter, ``model``: the chosen ``name.tag@size`` entries, sorted."""
         return {"model": self.entries}
 
     def sample(self, trial: Any) -> Candidate:
+        """Ask the trial for one entry."""
         return self.from_arch({"model": self.choose(trial, "model")})
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
+        """The entry's timm model at its evaluation size, with the published top-1 and top-5 in ``metadata``."""
         self.check_names(arch)
         row = imagenet_results()[arch["model"]]
         size = row["img_size"]

@@ -20,6 +20,8 @@ TOKENS = (RESOLUTION // PATCH) ** 2 + 1
 
 
 class PatchEmbed(nn.Module):
+    """16x16 patches projected to ``dim``, a class token in front and learned position embeddings added."""
+
     def __init__(self, dim: int):
         super().__init__()
         self.proj = nn.Conv2d(3, dim, PATCH, PATCH)
@@ -27,11 +29,15 @@ class PatchEmbed(nn.Module):
         self.pos = nn.Parameter(torch.zeros(1, TOKENS, dim))
 
     def forward(self, x):
+        """Images ``[B, 3, 224, 224]`` to tokens ``[B, 197, dim]``."""
         x = self.proj(x).flatten(2).transpose(1, 2)
         return torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
 
 
 class Layer(nn.Module):
+    """A pre-norm transformer layer: ``heads`` heads of 64 dimensions each, whatever ``dim`` is, and an MLP
+    ``mlp_ratio`` times as wide as ``dim``."""
+
     def __init__(self, dim: int, heads: int, mlp_ratio: float):
         super().__init__()
         self.heads = heads
@@ -41,6 +47,7 @@ class Layer(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, int(dim * mlp_ratio)), nn.GELU(), nn.Linear(int(dim * mlp_ratio), dim))
 
     def forward(self, x):
+        """Tokens ``[B, N, dim]`` in, the same shape out."""
         b, n, _ = x.shape
         q, k, v = self.qkv(self.norm1(x)).reshape(b, n, 3, self.heads, HEAD_DIM).permute(2, 0, 3, 1, 4).unbind(0)
         attn = nn.functional.scaled_dot_product_attention(q, k, v)
@@ -49,11 +56,14 @@ class Layer(nn.Module):
 
 
 class Head(nn.Module):
+    """Layer norm and the classifier, on the class token."""
+
     def __init__(self, dim: int):
         super().__init__()
         self.norm, self.fc = nn.LayerNorm(dim), nn.Linear(dim, CLASSES)
 
     def forward(self, x):
+        """Tokens ``[B, N, dim]`` to logits ``[B, 1000]``."""
         return self.fc(self.norm(x)[:, 0])
 
 
@@ -63,10 +73,13 @@ register_block("vit_head")(Head)
 
 
 class ViTSpace(SearchSpace):
+    """The AutoFormer space: ``size`` (tiny or small) picks the ranges, and only that size's parameters are asked."""
+
     name = "vit"
 
     @property
     def parameters(self) -> dict[str, tuple[Any, ...]]:
+        """``size``, and per size its embedding dim, depth, and per layer MLP ratio and heads, prefixed by the size."""
         params: dict[str, tuple[Any, ...]] = {"size": tuple(RANGES)}
         for size, r in RANGES.items():
             params[f"{size}_embed_dim"] = r["embed_dim"]
@@ -77,6 +90,7 @@ class ViTSpace(SearchSpace):
         return params
 
     def sample(self, trial: Any) -> Candidate:
+        """Ask for the size, then that size's dim and depth, and MLP ratio and heads only of the layers kept."""
         size = self.choose(trial, "size")
         arch: dict[str, Any] = {"size": size, f"{size}_embed_dim": self.choose(trial, f"{size}_embed_dim")}
         depth = arch[f"{size}_depth"] = self.choose(trial, f"{size}_depth")
@@ -86,6 +100,7 @@ class ViTSpace(SearchSpace):
         return self.from_arch(arch)
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
+        """Patch embedding, the layers and the head for ``arch``; a DippmError for an unknown name or value."""
         self.check_names(arch)
         size = arch["size"]
         dim = arch[f"{size}_embed_dim"]

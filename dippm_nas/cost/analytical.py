@@ -58,11 +58,9 @@ KERNEL_OVERHEAD_US = 4.0
 #: Host time to issue one operator in eager PyTorch (Python, the dispatcher, autocast, the launch) and
 #: one view (no kernel, but the same dispatch). The GPU runs an operator once the host has issued it
 #: and the previous one has finished, so a model of many small operators waits on the host
-#: (:func:`queued_latency`). Fitted on the harness's H100 records at batch 1, where the host binds
-#: (the 49 of the family and random splits' training sets, seed 0: 34 us and 14 us, mean |log error|
-#: 0.23; GPU time alone was a median 0.18 of the measured latency). It is a property of the host's CPU
-#: (x86_64 on the H100 machine, PyTorch 2.11), not of the GPU; timm's benchmarks at batch 256 and
-#: more are bound by the GPU either way.
+#: (:func:`queued_latency`). Both are fitted on the harness's H100 records at batch 1 in the training
+#: sets, where the host binds. They are a property of the host's CPU (x86_64 on the H100 machine,
+#: PyTorch 2.11), not of the GPU; timm's benchmarks at batch 256 and more are bound by the GPU either way.
 HOST_OPERATOR_US = 34.0
 HOST_VIEW_US = 14.0
 #: A prediction whose GPU waits on the host for more than this share of its latency says so.
@@ -74,15 +72,14 @@ def host_bound_notes(wait_share: float, operators: int) -> tuple[str, ...]:
     if wait_share < HOST_BOUND_NOTE_SHARE:
         return ()
     return (f"the GPU waits on the host for {wait_share:.0%} of this latency: eager PyTorch issues {operators} "
-            f"operators at about {HOST_OPERATOR_US:.0f} us each (the CPU of our H100 harness); a faster CPU, CUDA graphs "
-            "or torch.compile would shorten it",)
+            f"operators at about {HOST_OPERATOR_US:.0f} us each (the CPU of our H100 harness); a faster CPU, "
+            "CUDA graphs or torch.compile would shorten it",)
 
 #: One dependent round trip to device memory: about 230-250 ns on the GDDR6 and GDDR6X cards by
 #: pointer chasing (Chips and Cheese, "Measuring GPU Memory Latency", 2021: 226 ns on a 6900 XT,
 #: Ampere's about the same); HBM parts are in the same range. A kernel whose threads each loop over
-#: many elements in turn, with too few threads to hide it, pays it once per iteration. EfficientFormerV2
-#: upsamples 1024 channels from 7x7 to 14x14 that way two to six times: timm measured its models (family
-#: split: training records) at a median 6.3 times the analytical latency without this term, 1.03 with it.
+#: many elements in turn, with too few threads to hide it, pays it once per iteration: EfficientFormerV2,
+#: which upsamples 1024 channels from 7x7 to 14x14 that way two to six times, spends most of its time there.
 MEMORY_ROUND_TRIP_NS = 250.0
 
 #: What a PyTorch process holds on the GPU outside its caching allocator once CUDA, cuBLAS and cuDNN
@@ -90,7 +87,6 @@ MEMORY_ROUND_TRIP_NS = 250.0
 #: for the context alone with lazy module loading (PyTorch's default since 1.13) and the handles on
 #: top; the harness measured 599.6 MiB for both together, the same in every run (H100 80GB HBM3,
 #: driver 580.159.04, CUDA 13.0, PyTorch 2.11: ``memory_context_mib`` in data/measurements/h100.csv).
-#: At batch 1 the H100 totals were a median 56 % above the model with 350 MiB, 4 % with this.
 CUDA_CONTEXT_MIB = 600.0
 
 #: cuBLAS workspace PyTorch allocates per handle: CUBLAS_WORKSPACE_CONFIG ':4096:8' (8 x 4 MiB), its
@@ -98,11 +94,9 @@ CUDA_CONTEXT_MIB = 600.0
 CUBLAS_WORKSPACE_MIB = 32.0
 
 #: What a GPU draws while it waits with a context open, as a share of its TDP. Reference notes give
-#: 10-20 % for an idle data-centre GPU (an idle A100-SXM4 reads about 50-60 W of its 400 W); the
-#: harness measured it on the H100, where batch 1 leaves the GPU waiting on the host for most of the
-#: latency: over the 73 batch-1 records of the family and random splits' training sets (seed 0),
-#: solving measured power = idle + (TDP - idle) x the roofline's busy share gives 0.185 of its 700 W
-#: (per record a median 0.18, 10th-90th percentile 0.16-0.21; about 128 W).
+#: 10-20 % for an idle data-centre GPU (an idle A100-SXM4 reads about 50-60 W of its 400 W). This
+#: value is fitted on the H100's batch-1 training records, where the GPU waits on the host for most of
+#: the latency, by solving measured power = idle + (TDP - idle) x the roofline's busy share.
 IDLE_POWER_FRACTION = 0.18
 
 #: Eager's math fallback of scaled_dot_product_attention (``_scaled_dot_product_attention_math``;
@@ -111,9 +105,8 @@ IDLE_POWER_FRACTION = 0.18
 #: allow_fp16_bf16_reduction_math_sdp is set, it upcasts half inputs to float32 first (a float32 GEMM:
 #: no tensor cores, matmul TF32 being off by default), casts the output back, returns the attention
 #: weights cast back to half as well, and wraps the softmax in ``_safe_softmax`` (softmax, then eq, all
-#: and where over the scores). timm's rtx4090 records show the step: NesT's median measured/analytical
-#: ratio is 1.4 times its GPU's median under PyTorch 2.4 and 2.9 times under 2.9 (both without this
-#: term; SAM's ViT 1.5 and 2.5 times).
+#: and where over the scores). timm's RTX 4090 records of the models that take this path (NesT, SAM's
+#: ViT) show the step between PyTorch 2.4 and 2.9.
 SDPA_MATH_UPCAST_SINCE = (2, 5)
 SDPA_MATH_KERNELS = 5  # two scalings, two GEMMs, softmax
 SAFE_SOFTMAX_KERNELS = 3  # eq, all, where
@@ -121,7 +114,11 @@ UPCAST_KERNELS = 5  # three upcasts, two casts back
 
 
 def version_numbers(version: str) -> tuple[int, ...]:
-    """The numbers of a version string such as ``2.11.0+cu130``: (2, 11, 0)."""
+    """The numbers of a version string, without its local part.
+
+    >>> version_numbers("2.11.0+cu130")
+    (2, 11, 0)
+    """
     return tuple(int(p) for p in version.split("+")[0].split(".") if p.isdigit())
 
 
@@ -184,7 +181,13 @@ def queued_latency(time_s: np.ndarray, host_s: np.ndarray, gpu_scales: np.ndarra
     """Seconds until the last operator ends, one per scale of every operator's GPU time, when one host
     thread issues the operators in order and the GPU runs them in that order: operator i starts once
     issued (at ``host_s[:i+1].sum()``) and once operator i - 1 has ended, so the end is the largest,
-    over k, of the time k is issued plus the GPU time of k and everything after it."""
+    over k, of the time k is issued plus the GPU time of k and everything after it.
+
+    Here the host binds: halving the GPU's time shortens the latency by a fifth, not a half.
+
+    >>> queued_latency(np.array([1.0, 1.0]), np.array([3.0, 0.5]), np.array([1.0, 0.5])).tolist()
+    [5.0, 4.0]
+    """
     if not len(time_s):
         return np.zeros(len(gpu_scales))
     issued = np.cumsum(host_s)
@@ -240,7 +243,11 @@ class Roofline:
 
 
 class AnalyticalCostModel:
-    """Roofline latency, liveness memory and utilisation-driven power; no parameters to train."""
+    """Roofline latency, liveness memory and utilisation-driven power; no parameters to train.
+
+    It needs only a spec sheet, so it answers for every device of the registry and its MIG slices
+    (never :class:`~dippm_nas.cost.base.NotCovered`).
+    """
 
     name = "analytical"
 
@@ -263,9 +270,8 @@ class AnalyticalCostModel:
                 # cuDNN's tensor-core kernels read NHWC: given NCHW tensors (PyTorch's default) it
                 # transposes the input first (nchwToNhwcKernel in a profile, reading and writing it
                 # once), and the kernel writes NCHW itself (`..._nhwckrsc_nchw` in its name).
-                # channels_last tensors are NHWC already. resnet50 at fp16 on the RTX 4090 (224 px,
-                # batch 1024 halved against 512) costs 21 % more in NCHW than in NHWC as timm measured
-                # it; this charges 17 %, and 38 % with an output transpose as well.
+                # channels_last tensors are NHWC already. No output transpose is charged: the input's
+                # alone matches what timm measured NCHW to cost over NHWC (resnet50, fp16, RTX 4090).
                 transposed = table.nchw_transposed_numel > 0
                 moved += table.nchw_transposed_numel * 2 * 2
                 kernels += transposed
@@ -310,14 +316,11 @@ class AnalyticalCostModel:
         times in three calls, once under no_grad). An operator autocast runs in the other precision
         than its input casts that input (a transformer's linear layers read the float32 layer norm's
         output). A tensor-core convolution on NCHW half activations holds cuDNN's NHWC copy of its
-        input, unless it is 1x1 with stride 1 (``NodeTable.nhwc_copy_numel``): the H100 harness's peak
-        allocated bytes at batch 256 read a 10th percentile of measured over analytical of 0.81 with
-        that copy, 1.00 without (ese_vovnet39b 3409 MiB against 3411 measured, xception 5108 against
-        5110), although its time still reads as the transposition's (the timm records outside the test
-        sets spread more without it). An RGB stem holds an output-sized NHWC buffer instead
-        (``NodeTable.nhwc_output_bytes``): VGG11's peak allocated bytes at batch 256, 4216 MiB measured,
-        read 2646 without it, 3895 with it. Eager's math attention holds its float32 scores and copies
-        (:func:`sdpa_math`)."""
+        input, unless it is 1x1 with stride 1 (``NodeTable.nhwc_copy_numel``), as the H100 harness's
+        peak allocated bytes at batch 256 show; its time still counts the transposition, which fits the
+        timm records better. An RGB stem holds an output-sized NHWC buffer instead
+        (``NodeTable.nhwc_output_bytes``), as VGG11's measured peak shows. Eager's math attention holds
+        its float32 scores and copies (:func:`sdpa_math`)."""
         half = precision in HALF_PRECISIONS
         held = sdpa_math(table, half, release)[2]
         if not half:
@@ -360,6 +363,19 @@ class AnalyticalCostModel:
                         cost_model=self.name, memory=memory, nodes=nodes, notes=notes)
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
+        """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs.
+
+        Raises :class:`~dippm_nas.errors.DippmError` for an unknown precision or layout, or a precision
+        the device has no tensor cores for.
+
+        >>> import dippm_nas
+        >>> graph = dippm_nas.build_graph("resnet18", batch=8)
+        >>> estimate = AnalyticalCostModel().estimate(graph, dippm_nas.get_device("a100-40gb"))
+        >>> estimate.cost_model, 0 < estimate.latency_ms < 100, estimate.memory.weights_mib < estimate.memory_mib
+        ('analytical', True, True)
+        >>> estimate.top_nodes(1)[0].op
+        'nn.conv2d'
+        """
         check_precision(precision)
         check_layout(layout)
         table = node_table(graph)

@@ -25,6 +25,13 @@ class NodeCost:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
+    """What one inference holds on the GPU, in MiB, split by what holds it.
+
+    ``context_mib`` is the CUDA context and libraries' handles, outside PyTorch's caching allocator;
+    ``activations_mib`` the live tensors at their peak; ``allocator_mib`` the allocator's rounding and
+    fragmentation on top of the live bytes.
+    """
+
     context_mib: float
     weights_mib: float
     activations_mib: float
@@ -33,6 +40,7 @@ class MemoryBreakdown:
 
     @property
     def total_mib(self) -> float:
+        """The whole footprint of the process: what a MIG slice or a GPU must have free."""
         return self.context_mib + self.weights_mib + self.activations_mib + self.workspace_mib + self.allocator_mib
 
 
@@ -54,8 +62,10 @@ class Estimate:
 
 
 class NotCovered(LookupError):
-    """A cost model cannot answer this request (a device, precision or graph it was not trained
-    for); :func:`dippm_nas.predict_graph` then falls back to the analytical model and says why."""
+    """A cost model cannot answer this request (a device, precision or graph it was not trained for).
+
+    :func:`dippm_nas.predict_graph` then falls back to the analytical model and says why.
+    """
 
 
 class CostModel(Protocol):
@@ -92,7 +102,8 @@ def get_cost_model(name: str) -> CostModel:
     'analytical'
     """
     if name not in _COST_MODELS:
-        raise DippmError(f"unknown cost model {name!r}; known: {', '.join(_COST_MODELS)}." + suggest(name, _COST_MODELS))
+        raise DippmError(f"unknown cost model {name!r}; known: {', '.join(_COST_MODELS)}."
+                         + suggest(name, _COST_MODELS))
     return _COST_MODELS[name]()
 
 
@@ -121,6 +132,7 @@ class Prediction:
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, object]:
+        """The fields as plain JSON-ready values: ``notes`` as a list, the full ``estimate`` left out."""
         out = asdict(self)
         out.pop("estimate")
         out["notes"] = list(self.notes)

@@ -23,6 +23,7 @@ def _log(value: float) -> float:
 
 
 def node_feature_names() -> list[str]:
+    """The names of :func:`node_feature_matrix`'s columns, in its order."""
     kinds = [f"kind={k}" for k in ops.vocabulary()]
     cats = [f"category={c}" for c in ops.CATEGORIES]
     counts = ["log_flops", "log_bytes_read", "log_bytes_written", "log_weight_bytes"]
@@ -70,14 +71,15 @@ def dense_node_features(table: NodeTable) -> np.ndarray:
 
 
 def edge_index(graph: ModelGraph) -> torch.Tensor:
+    """Who feeds whom as torch-geometric's ``[2, edges]`` index: producers in row 0, consumers in row 1."""
     return torch.from_numpy(graph.edge_array.T.copy())
 
 
 def adjacency(graph: ModelGraph) -> torch.Tensor:
     """Who feeds whom as a sparse CSR matrix (row: consumer): torch-geometric's convolutions accept
     it in place of ``edge_index`` and aggregate with one sparse product instead of a scatter, which
-    is what one prediction wants. Built from the graph's producers by consumer: torch-geometric's
-    converter took longer than a graph convolution."""
+    is what one prediction wants. It is built from the graph's producers by consumer, because
+    torch-geometric's converter takes longer than a graph convolution."""
     n = len(graph.nodes)
     rows, producers = graph.producers_by_consumer
     with warnings.catch_warnings():  # "sparse CSR support is in beta", once per process
@@ -87,6 +89,7 @@ def adjacency(graph: ModelGraph) -> torch.Tensor:
 
 
 def static_feature_names() -> list[str]:
+    """The names of :func:`static_features`' values, in its order: sizes and counts, then a count per operator kind."""
     base = ["batch", "log_flops", "log_macs", "log_params", "log_param_bytes", "log_activation_bytes",
             "n_nodes", "n_edges", "dippm_convs", "dippm_dense", "dippm_relus"]
     return base + [f"count={k}" for k in ops.vocabulary()]

@@ -38,6 +38,12 @@ WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 @dataclass(frozen=True)
 class Card:
+    """The model card of trained weights: what they were trained on and how to scale their inputs.
+
+    ``devices``, ``precisions`` and ``families`` bound what the model answers for and what it has seen;
+    ``raw`` is the card's JSON as written.
+    """
+
     config: dict
     static_features: list[str]
     static_scaling: Scaling
@@ -80,14 +86,17 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[tuple[PMGNS, ...], Card]:
 
 
 def available(path: Path = WEIGHTS / "pmgns") -> bool:
+    """Whether trained weights are at ``path``: both the ``.safetensors`` file and its ``.json`` card."""
     return path.with_suffix(".safetensors").exists() and path.with_suffix(".json").exists()
 
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """One prediction is a few hundred rows: torch's intra-op threads only wait on each other, and on a
-    busy machine (parallel NAS workers) they made it about thirty times slower (5 ms against 144 ms
-    per graph, measured with a training run on the other core)."""
+    """Run the block on one torch thread, restoring the count after.
+
+    One prediction is a few hundred rows: torch's intra-op threads only wait on each other, and on a
+    busy machine (parallel NAS workers) they make it many times slower.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -108,19 +117,23 @@ class FusedSage:
     with the projection, so one product and one sparse mean replace SAGEConv's two products), every
     member's in one batched product and their means in one sparse product over the shared adjacency,
     and the heads run as batched products too: without torch-geometric's message-passing dispatch,
-    which took longer than the arithmetic, and with one operator per step for the whole ensemble."""
+    which takes longer than the arithmetic, and with one operator per step for the whole ensemble."""
 
-    base: torch.Tensor  # [members * 2 * hidden]: the first projections of an operator with every one-hot column off
+    # [members * 2 * hidden]: the first projections of an operator with every one-hot column off
+    base: torch.Tensor
     switch: torch.Tensor  # [one-hot columns, members * 2 * hidden]: what turning each one on adds
     dense_weight: torch.Tensor  # [dense columns, members * 2 * hidden]
     dense_scaling: Scaling
     later: tuple[torch.Tensor, ...]  # per convolution after the first: [members, hidden, 2 * hidden] (neighbour, own)
     biases: tuple[torch.Tensor, ...]  # per convolution, the first included: [members, hidden]
     norms: tuple[tuple[torch.Tensor, torch.Tensor, float], ...]  # per convolution: weight, bias [members, hidden], eps
-    heads: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per linear layer of the heads: [members, in, out], [members, 1, out]
+    # per linear layer of the heads: [members, in, out], [members, 1, out]
+    heads: tuple[tuple[torch.Tensor, torch.Tensor], ...]
 
     @classmethod
     def of(cls, models: tuple[PMGNS, ...], card: Card) -> FusedSage:
+        """The trained GraphSAGE ``models`` rearranged, ``card``'s node scaling folded into their first convolution."""
+
         def both(conv) -> torch.Tensor:  # [in, 2 * hidden]: the neighbour map's columns, then the own map's
             return torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach().T
 
@@ -136,7 +149,8 @@ class FusedSage:
             later=tuple(torch.stack([both(m.convs[i]) for m in models]) for i in layers[1:]),
             biases=tuple(torch.stack([m.convs[i].lin_l.bias.detach() for m in models]) for i in layers),
             norms=tuple((torch.stack([m.norms[i].weight.detach() for m in models]),
-                         torch.stack([m.norms[i].bias.detach() for m in models]), models[0].norms[i].eps) for i in layers),
+                         torch.stack([m.norms[i].bias.detach() for m in models]), models[0].norms[i].eps)
+                        for i in layers),
             heads=tuple((torch.stack([ls[j].weight.detach().T for ls in linears]),
                          torch.stack([ls[j].bias.detach()[None] for ls in linears])) for j in range(len(linears[0]))))
 
@@ -145,7 +159,8 @@ class FusedSage:
         members, hidden = self.biases[0].shape
         dense = self.dense_scaling(torch.from_numpy(dense_node_features(table)))
         kind, category = (torch.from_numpy(columns) for columns in one_hot_columns(table))
-        projected = self.base + self.switch.index_select(0, kind) + self.switch.index_select(0, category) + dense @ self.dense_weight
+        projected = (self.base + self.switch.index_select(0, kind) + self.switch.index_select(0, category)
+                     + dense @ self.dense_weight)
         h = self._block(projected.view(len(dense), members, 2 * hidden), adjacency, 0)
         for i, weight in enumerate(self.later, start=1):
             h = self._block(torch.bmm(h.transpose(0, 1), weight).transpose(0, 1), adjacency, i)
@@ -177,6 +192,19 @@ class FusedSage:
 
 
 class PMGNSCostModel:
+    """The learned cost model: the analytical estimate corrected by the trained PMGNS weights at ``path``.
+
+    It answers only for the devices and precisions of the weights' card, and raises
+    :class:`~dippm_nas.cost.base.NotCovered` elsewhere or when there are no weights; the weights load on
+    first use and are shared by every instance.
+
+    >>> import dippm_nas
+    >>> graph = dippm_nas.build_graph("resnet18", batch=8)
+    >>> estimate = PMGNSCostModel().estimate(graph, dippm_nas.get_device("rtx4090"), "fp16")
+    >>> estimate.cost_model.startswith("pmgns"), estimate.latency_ms > 0
+    (True, True)
+    """
+
     name = "pmgns"
 
     def __init__(self, path: Path = WEIGHTS / "pmgns"):
@@ -190,14 +218,17 @@ class PMGNSCostModel:
 
     @cached_property
     def card(self) -> Card:
+        """The weights' model card; raises NotCovered when there are no weights."""
         return self._loaded()[1]
 
     @cached_property
     def models(self) -> tuple[PMGNS, ...]:
+        """The ensemble's networks; raises NotCovered when there are no weights."""
         return self._loaded()[0]
 
     @cached_property
     def fused(self) -> FusedSage | None:
+        """The ensemble fused for fast prediction when it is GraphSAGE, else None (the plain networks run)."""
         return FusedSage.of(self.models, self.card) if self.models[0].conv_name == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
@@ -209,6 +240,12 @@ class PMGNSCostModel:
         return None
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
+        """Latency, energy and memory of one inference of ``graph`` at its batch, under the newest PyTorch
+        the card has records of on ``device``.
+
+        Raises NotCovered for a device or precision off the card, or a graph without operators; the
+        notes say how far the request is from the training data.
+        """
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
@@ -241,7 +278,7 @@ class PMGNSCostModel:
     def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:
         """Each member's log-ratios for one configuration of ``graph``, ``[members, targets]``; GraphSAGE
         networks come fused."""
-        names = self.card.static_features  # torch.tensor over a list of floats took twice as long as numpy
+        names = self.card.static_features  # through numpy: torch.tensor over a list of floats is slower
         raw = torch.from_numpy(np.fromiter(map(inputs.features.__getitem__, names), dtype=np.float32,
                                            count=len(names)))[None]
         static = self.card.static_scaling(raw)
@@ -281,8 +318,8 @@ def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
         above = sum(c for b, c in card.batches if b > batch) / total
         span = f"{card.batches[0][0]}-{card.batches[-1][0]}"
         if above > 1 - SPARSE_SHARE:
-            notes.append(f"batch {batch}: {above:.0%} of its training records have a larger batch ({span}); its correction "
-                         "of the GPU's time has seen few batches this small")
+            notes.append(f"batch {batch}: {above:.0%} of its training records have a larger batch ({span}); "
+                         "its correction of the GPU's time has seen few batches this small")
         elif below > 1 - SPARSE_SHARE:
             notes.append(f"batch {batch}: {below:.0%} of its training records have a smaller batch ({span}); "
                          "the learned correction is extrapolating")

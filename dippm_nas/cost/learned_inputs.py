@@ -25,6 +25,8 @@ TIME_SHARES = tuple(b for b in BOUNDS if b != "free")
 
 
 def device_features(device: Device, precision: str) -> dict[str, float]:
+    """A device's spec sheet as the learned model reads it: logs of its peaks (the tensor cores' at
+    ``precision``), bandwidth, SMs, L2, TDP and memory."""
     return {
         "dev_log_fp32_tflops": math.log(device.fp32_tflops),
         "dev_log_tensor_tflops": math.log(device.tensor_tflops(precision)),

@@ -25,10 +25,7 @@ waits on the host to issue operators (eager PyTorch at small batches), the host'
 analytical model has it (:func:`log_latency`). GraphSAGE is the default
 convolution; GCN, GAT and GIN are registered for the paper's comparison, and ``mlp`` drops the graph.
 
-The time-weighted read-out was chosen on the family split's validation set (no refit, one thread,
-seeds 0 / 1 / 2): 6.58 / 6.19 / 5.95 % MAPE, Kendall tau 0.948 / 0.951 / 0.952, against 6.78 / 6.09 /
-6.11 %, 0.946 / 0.952 / 0.950 with the mean and max alone; a small gain next to the spread between
-seeds, in two seeds of three.
+The time-weighted read-out, next to the mean and max, was chosen on the family split's validation set.
 """
 
 from __future__ import annotations
@@ -91,6 +88,12 @@ CONVOLUTIONS: dict[str, Callable[[int, int], nn.Module]] = {"sage": _sage, "gcn"
 
 
 class PMGNS(nn.Module):
+    """One network: ``layers`` convolution blocks of width ``hidden``, the three-way read-out and the head.
+
+    ``conv`` names one of :data:`CONVOLUTIONS`, or ``mlp`` for the head on the static features alone.
+    The output has one bounded log-ratio per target (:data:`TARGETS`).
+    """
+
     def __init__(self, node_dim: int, static_dim: int, conv: str = "sage", hidden: int = 128,
                  layers: int = 3, head: tuple[int, ...] = (256, 128), targets: int = len(TARGETS)):
         super().__init__()
@@ -123,8 +126,8 @@ class PMGNS(nn.Module):
         from torch_geometric.nn import global_max_pool, global_mean_pool
 
         # Before the pooling: the order of these products is the order autograd sums their gradients
-        # into h, and training follows its rounding (seed 0 of the family split's validation run reads
-        # 5.6 or 6.0 % MAPE by it alone); in this order `dippm-nas train` gives the shipped weights.
+        # into h, and training follows its rounding; in this order `dippm-nas train` reproduces the
+        # shipped weights.
         weighted = time_share @ h
         graphs = int(batch.max()) + 1 if batch.numel() else 0
         pooled = torch.cat([global_mean_pool(h, batch, graphs), global_max_pool(h, batch, graphs)], dim=1)

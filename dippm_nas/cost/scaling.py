@@ -28,7 +28,12 @@ class Scaling:
     training model has, a PyTorch release newer or older than all of them) kept the random weights
     its first layer started with, and a value training never gave it would add their random sum to
     every prediction; one that varied was learned over its range only. Beyond it, a value reads as
-    the nearest one training saw."""
+    the nearest one training saw.
+
+    >>> scale = Scaling.of([[0.0], [2.0]])
+    >>> scale([[1.0], [5.0]]).tolist()
+    [[0.0], [1.0]]
+    """
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -37,6 +42,7 @@ class Scaling:
 
     @classmethod
     def of(cls, rows: np.ndarray | torch.Tensor) -> Scaling:
+        """The scaling fitted on the training ``rows``, ``[records, features]``."""
         rows = torch.as_tensor(rows, dtype=torch.float32)
         mean, std = rows.mean(dim=0), rows.std(dim=0, correction=0)
         std = torch.where(std < MIN_FEATURE_STD, torch.ones_like(std), std)
@@ -44,15 +50,19 @@ class Scaling:
                    ((rows.amax(dim=0) - mean) / std).clamp(max=FEATURE_CLIP))
 
     def __call__(self, values: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """``values`` (rows of features) as clamped z-scores, float32."""
         z = (torch.as_tensor(values, dtype=torch.float32) - self.mean) / self.std
         return torch.minimum(torch.maximum(z, self.low), self.high)
 
     def columns(self, index: slice) -> Scaling:
+        """The scaling of the columns ``index`` selects, for a matrix that holds only those."""
         return Scaling(*(getattr(self, f.name)[index] for f in fields(self)))
 
     def to_json(self) -> dict[str, list[float]]:
+        """Each field as a list of floats, for the model card; :meth:`from_json` reads it back."""
         return {f.name: getattr(self, f.name).tolist() for f in fields(self)}
 
     @classmethod
     def from_json(cls, raw: dict[str, list[float]]) -> Scaling:
+        """The scaling :meth:`to_json` wrote."""
         return cls(*(torch.tensor(raw[f.name], dtype=torch.float32) for f in fields(cls)))

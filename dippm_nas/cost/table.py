@@ -3,7 +3,7 @@ taken from the operators once, with the rules of PyTorch eager, autocast, cuDNN 
 allocator that decide what each operator moves and holds.
 
 PMGNS has to predict in a few milliseconds once the graph exists; walking the operators in Python
-once per consumer (batch-1 copy, node features, roofline, liveness) cost most of that. Here each
+once per consumer (batch-1 copy, node features, roofline, liveness) would cost most of that. Here each
 column is read from the operators (or their tensors) by one C-level pass, ``map`` into ``np.fromiter``,
 with no Python loop per operator; everything after is numpy over the columns. It reads the graph at its
 own batch B and also keeps the per-sample (batch-1) values the features are defined on: every
@@ -211,6 +211,7 @@ class NodeTable:
 
     @classmethod
     def of(cls, graph: ModelGraph) -> NodeTable:
+        """Read every column from ``graph``'s operators; :func:`node_table` does it once per graph and keeps it."""
         kinds, categories = _indices()
         other_kind = kinds["other"]
         nodes = graph.nodes
@@ -381,9 +382,9 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, he
     """Liveness as PyTorch eager sees it: a view shares its input's allocation, and so does an
     operator eager runs in place (``eager_inplace_of``, where the frontend knows it); an allocation is
     freed after the last operator that reads it (or any view of it) or, later, once eager drops its last
-    reference (a node's ``eager_hold``: a module call's argument, a local variable), outputs of the model at the end, and one nobody
-    reads right after it is written. -1 marks a node without an allocation of its own. ``in_place`` and ``held``
-    are those two attributes per node (0 where a node has none)."""
+    reference (a node's ``eager_hold``: a module call's argument, a local variable), outputs of the model
+    at the end, and one nobody reads right after it is written. -1 marks a node without an allocation of
+    its own. ``in_place`` and ``held`` are those two attributes per node (0 where a node has none)."""
     n = len(graph.nodes)
     src, dst = graph.edge_array.T
     producer_count = np.bincount(dst, minlength=n)

@@ -41,6 +41,14 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
     Keras model or file, a SavedModel directory, a ``.tflite`` file, a ``paddle.nn.Layer`` or a
     Paddle inference model.
     ``inputs`` is None for the model's default input (an image, or 128 token ids).
+    A model no frontend recognises raises :class:`~dippm_nas.errors.DippmError`; one that cannot
+    be read or traced raises a subclass that says why.
+
+    >>> loaded = load_model("resnet18", batch=2)
+    >>> loaded.source, loaded.family, loaded.batch
+    ('timm', 'resnet', 2)
+    >>> [str(spec) for spec in loaded.inputs]
+    ['x=3,224,224:float32']
     """
     check_batch(batch)
     spec = normalize_inputs(inputs)

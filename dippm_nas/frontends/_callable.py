@@ -16,6 +16,8 @@ _PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def load_callable(target: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """Import ``module:factory``, call the factory on the ``meta`` device and export what it returns;
+    raises ModelLoadError where the import fails or the result is not a ``torch.nn.Module``."""
     module_name, _, attr = target.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)

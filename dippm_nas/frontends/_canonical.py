@@ -28,6 +28,7 @@ _RULES: list[tuple[frozenset[str], Rule]] = []
 
 
 def rule(*anchors: str) -> Callable[[Rule], Rule]:
+    """Register a rewrite rule, tried only on functions that call every operator in ``anchors``."""
     def register(build: Rule) -> Rule:
         _RULES.append((frozenset(anchors), build))
         return build
@@ -75,7 +76,8 @@ def _gelu_erf() -> tuple[DFPattern, Rewriter]:
 
     def rewrite(expr: relax.Expr, m: dict[DFPattern, relax.Expr]) -> relax.Expr:
         s = _scalar(m[scale])
-        if s is None or not (math.isclose(s, math.sqrt(2), rel_tol=1e-5) or math.isclose(s, 1 / math.sqrt(2), rel_tol=1e-5)):
+        if s is None or not (math.isclose(s, math.sqrt(2), rel_tol=1e-5)
+                             or math.isclose(s, 1 / math.sqrt(2), rel_tol=1e-5)):
             return expr
         return relax.op.nn.gelu(m[x]) if _is(m[one], 1.0) and _is(m[half], 0.5) else expr
 

@@ -10,11 +10,14 @@ from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
 
 
 def module_family(module: torch.nn.Module) -> str:
+    """The last part of the module that defines the model's class (``resnet`` for timm's ResNet)."""
     return type(module).__module__.rsplit(".", 1)[-1]
 
 
 def load_module(module: torch.nn.Module, inputs: InputSpec | None, batch: int, name: str = "",
                 source: str = "torch", family: str = "") -> LoadedModel:
+    """Export ``module`` at ``batch`` into Relax; no ``inputs`` means one 3x224x224 image, and an empty
+    ``name`` or ``family`` is taken from the module's class."""
     spec = inputs or (TensorSpec(IMAGE_SHAPE),)
     name = name or type(module).__name__
     mod, notes = torch_to_relax(module, spec, batch, name)

@@ -178,6 +178,7 @@ def _declared_inputs(model: onnx.ModelProto, path: str) -> InputSpec:
 
 
 def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    """The checked ONNX model in the file ``path``; raises ModelLoadError for a missing or invalid file."""
     path = str(path)
     if not Path(path).is_file():
         raise ModelLoadError(f"no such ONNX file: {path}")
@@ -242,6 +243,7 @@ def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpe
 
 
 def load_onnx(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """An ``.onnx`` file into Relax; no ``inputs`` means the file's own input shapes."""
     return import_onnx(read_onnx(path), Path(path).stem, "onnx", inputs, batch)
 
 

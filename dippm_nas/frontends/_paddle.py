@@ -45,7 +45,8 @@ def _program_file(path: str | os.PathLike) -> Path | None:
     """The program file a path names: the file itself, or the one program with weights in a directory."""
     path = Path(path)
     if path.is_dir():
-        found = [p for p in sorted(path.iterdir()) if p.suffix in PROGRAM_SUFFIXES and p.with_suffix(PARAMS_SUFFIX).is_file()]
+        found = [p for p in sorted(path.iterdir())
+                 if p.suffix in PROGRAM_SUFFIXES and p.with_suffix(PARAMS_SUFFIX).is_file()]
         return found[0] if len(found) == 1 else None
     if path.suffix == ".pdmodel" or (path.suffix == ".json" and path.with_suffix(PARAMS_SUFFIX).is_file()):
         return path
@@ -77,6 +78,8 @@ def _to_onnx(program: Path, what: str) -> onnx.ModelProto:
 
 
 def load_paddle_layer(layer: Any, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """A ``paddle.nn.Layer``, traced and saved to a temporary inference model, then read through ONNX;
+    no ``inputs`` means one 3x224x224 image."""
     paddle = _import("paddle")
     spec = inputs or (TensorSpec(IMAGE_SHAPE),)
     name = type(layer).__name__
@@ -96,6 +99,7 @@ def load_paddle_layer(layer: Any, inputs: InputSpec | None, batch: int) -> Loade
 
 
 def load_inference_model(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """A saved Paddle inference model (its program file or its directory), read through ONNX."""
     program = _program_file(path)
     if program is None:
         raise ModelLoadError(f"{path} holds no single Paddle program with its {PARAMS_SUFFIX} weights beside it.")

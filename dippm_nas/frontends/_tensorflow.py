@@ -99,6 +99,7 @@ def _to_relax(proto: onnx.ModelProto, name: str, spec: InputSpec, batch: int, fa
 
 
 def load_keras(model: Any, inputs: InputSpec | None, batch: int, name: str = "") -> LoadedModel:
+    """A Keras model object; no ``inputs`` means its own input shapes, which must then be fully known."""
     tf, tf2onnx = _tensorflow()
     if not hasattr(model, "inputs") or not callable(model):
         raise ModelLoadError(f"{type(model).__name__} is not a Keras model; save it with tf.saved_model.save(obj, "
@@ -120,6 +121,7 @@ def load_keras(model: Any, inputs: InputSpec | None, batch: int, name: str = "")
 
 
 def load_keras_file(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """A ``.keras`` or ``.h5`` file, loaded without compiling and read as :func:`load_keras` reads a model."""
     _tensorflow()
     keras = import_extra("keras", EXTRA, "Keras model files")
     try:
@@ -146,6 +148,7 @@ def _placeholders(graph_def: Any, names: Sequence[str]) -> Declared:
 
 
 def load_saved_model(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """A TensorFlow SavedModel directory; no ``inputs`` means the shapes of its signature's placeholders."""
     _, tf2onnx = _tensorflow()
     from tf2onnx import tf_loader
 
@@ -154,8 +157,8 @@ def load_saved_model(path: str | os.PathLike, inputs: InputSpec | None, batch: i
         with quiet():
             graph_def, in_names, out_names = tf_loader.from_saved_model(str(path), None, None)
     except Exception as exc:
-        raise ModelLoadError(f"{path} is not a readable TensorFlow SavedModel ({one_line(exc, 200)}); save it again with "
-                             "tf.saved_model.save(model, DIR) or model.export(DIR).") from exc
+        raise ModelLoadError(f"{path} is not a readable TensorFlow SavedModel ({one_line(exc, 200)}); save it "
+                             "again with tf.saved_model.save(model, DIR) or model.export(DIR).") from exc
     spec = _resolve_inputs(_placeholders(graph_def, in_names), inputs, what)
     overrides = {n: [batch, *s.shape] for n, s in zip(in_names, spec)}
     proto = _converted(lambda: tf2onnx.convert.from_graph_def(
@@ -166,6 +169,7 @@ def load_saved_model(path: str | os.PathLike, inputs: InputSpec | None, batch: i
 
 
 def load_tflite(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """A ``.tflite`` file; no ``inputs`` means the shapes its interpreter reports."""
     tf, tf2onnx = _tensorflow()
     what = f"TFLite file {path}"
     if not Path(path).is_file():

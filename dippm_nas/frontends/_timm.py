@@ -36,11 +36,14 @@ def build_timm(name: str) -> torch.nn.Module:
 
 
 def default_input(model: torch.nn.Module) -> TensorSpec:
+    """The input the model was trained at (its ``pretrained_cfg``), else a 3x224x224 image."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     return TensorSpec(tuple(cfg.get("input_size", (3, 224, 224))))
 
 
 def load_timm(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """A timm model by name, at its default input unless ``inputs`` are given; raises UnknownModelError
+    with the closest timm names for a name timm does not know."""
     if not timm.is_model(name):
         raise UnknownModelError(
             f"{name!r} is not a timm model, a model file or directory that exists, 'module:factory' or "

@@ -168,6 +168,7 @@ def _unknown_ops(program: torch.export.ExportedProgram, known: dict[str, object]
 
 
 def example_inputs(inputs: InputSpec, batch: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Zero tensors of the given specs at ``batch``, on ``device`` (``meta`` allocates nothing)."""
     return tuple(
         torch.zeros(spec.with_batch(batch), dtype=_TORCH_DTYPES[spec.dtype], device=device)
         for spec in inputs
@@ -175,6 +176,7 @@ def example_inputs(inputs: InputSpec, batch: int, device: torch.device) -> tuple
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
+    """The device of the module's first parameter or buffer; ``meta`` for a module without either."""
     for tensor in [*module.parameters(), *module.buffers()]:
         return tensor.device
     return torch.device("meta")
@@ -201,6 +203,8 @@ def _keep_method_frames(module: torch.nn.Module) -> None:
 
 
 def export(module: torch.nn.Module, inputs: InputSpec, batch: int, name: str) -> torch.export.ExportedProgram:
+    """``torch.export`` of ``module`` in eval mode, non-strict, quiet; raises ExportError with the
+    inputs it was given where tracing fails."""
     args = example_inputs(inputs, batch, module_device(module))
     shapes = ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
     _keep_method_frames(module)

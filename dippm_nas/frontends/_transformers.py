@@ -27,7 +27,10 @@ class _TokenIdsOnly(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, use_cache=False) if _accepts_cache(self.model) else self.model(input_ids=input_ids)
+        if _accepts_cache(self.model):
+            out = self.model(input_ids=input_ids, use_cache=False)
+        else:
+            out = self.model(input_ids=input_ids)
         return out[0]
 
 
@@ -36,6 +39,7 @@ def _accepts_cache(model: torch.nn.Module) -> bool:
 
 
 def build_from_config(config: object) -> torch.nn.Module:
+    """The ``AutoModel`` of ``config`` on the ``meta`` device, with eager attention."""
     from transformers import AutoModel
 
     # Eager attention: TVM's importer takes only float masks for SDPA, and transformers builds
@@ -46,14 +50,18 @@ def build_from_config(config: object) -> torch.nn.Module:
 
 
 def config_for(model_type: str, **overrides: object) -> object:
+    """The library's default config for ``model_type`` (``bert``), with ``overrides``; raises
+    ModelLoadError with the closest types for an unknown one."""
     transformers = import_extra("transformers", "transformers", "Hugging Face models")
     CONFIG_MAPPING, AutoConfig = transformers.CONFIG_MAPPING, transformers.AutoConfig
     if model_type not in CONFIG_MAPPING:
-        raise ModelLoadError(f"unknown transformers model type {model_type!r}." + suggest(model_type, list(CONFIG_MAPPING.keys())))
+        raise ModelLoadError(f"unknown transformers model type {model_type!r}."
+                             + suggest(model_type, list(CONFIG_MAPPING.keys())))
     return AutoConfig.for_model(model_type, **overrides)
 
 
 def load_transformers(target: str | object, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """``hf:<model_type>`` or a ``PretrainedConfig`` into Relax; no ``inputs`` means 128 int64 token ids."""
     config = config_for(target.removeprefix(PREFIX)) if isinstance(target, str) else target
     model = _TokenIdsOnly(build_from_config(config))
     spec = inputs or (TensorSpec((DEFAULT_SEQUENCE_LENGTH,), "int64", "input_ids"),)

@@ -29,6 +29,11 @@ def _scaled(t: Tensor, factor: int) -> Tensor:
 
 
 def scale_batch(graph: ModelGraph, batch: int) -> ModelGraph:
+    """``graph``, read at batch 1, as it is at ``batch``: activations and FLOPs times ``batch``.
+
+    Returns ``graph`` itself at batch 1; raises ValueError for a batch below 1 or a graph that is
+    not at batch 1.
+    """
     if batch <= 0:
         raise ValueError(f"batch must be positive, got {batch}")
     if graph.batch != 1:

@@ -102,6 +102,7 @@ _ATTR_METHODS = frozenset({"get_int", "get_int_tuple", "get_str", "id_", "is_", 
 
 
 def attrs_to_dict(attrs: object) -> dict[str, object]:
+    """A Relax operator's attributes as plain Python values (tuples, numbers, strings), sorted by name."""
     if attrs is None:
         return {}
     names = [n for n in dir(attrs) if not n.startswith("_") and n not in _ATTR_METHODS]
@@ -244,7 +245,8 @@ class _Converter:
             if isinstance(extern, relax.ExternFunc) and extern.attrs is not None:
                 attrs.update({str(k): _plain(v) for k, v in extern.attrs.items()})
         layout = eager_layout.layout_of(
-            op_name, kind, category, [(l.tensor.shape, l.strides if isinstance(l, _Act) else None) for l in leaves],
+            op_name, kind, category,
+            [(leaf.tensor.shape, leaf.strides if isinstance(leaf, _Act) else None) for leaf in leaves],
             attrs, [t.shape for t in outs])
         if kind in eager_layout.DISPATCH_ON_LAYOUT:
             attrs["eager_channels_last"] = bool(layout.strides and layout.strides[0])
@@ -309,8 +311,8 @@ class _Converter:
                      leaves: list[object]) -> object | None:
         if op_name != "relax.add" or len(leaves) != 2 or len(args) != 2:
             return None
-        act = next((l for l in leaves if isinstance(l, _Act)), None)
-        weight = next((l for l in leaves if isinstance(l, _Weight)), None)
+        act = next((leaf for leaf in leaves if isinstance(leaf, _Act)), None)
+        weight = next((leaf for leaf in leaves if isinstance(leaf, _Weight)), None)
         act_expr = next((a for a in args if isinstance(a, relax.Var) and isinstance(self.env.get(a), _Act)), None)
         if act is None or weight is None or act_expr is None or len(act.producers) != 1:
             return None
@@ -347,7 +349,18 @@ class _Converter:
 
 
 def relax_to_graph(mod: tvm.IRModule, name: str = "model", entry: str = "main") -> ModelGraph:
-    """Convert the entry function of a Relax module into a :class:`ModelGraph`."""
+    """Convert the entry function of a Relax module into a :class:`ModelGraph`.
+
+    ``name`` labels the graph; raises ValueError where the module has no function ``entry``. A
+    linear layer's bias add is its epilogue, so the layer is one node with two weights:
+
+    >>> import torch
+    >>> from dippm_nas.frontends import load_model
+    >>> loaded = load_model(torch.nn.Linear(16, 4), inputs=(16,), batch=2)
+    >>> graph = relax_to_graph(loaded.mod, loaded.name)
+    >>> [(n.kind, n.flops) for n in graph.nodes], graph.param_count
+    ([('matmul', 264)], 68)
+    """
     if entry not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise ValueError(f"the IRModule has no function {entry!r}")
     return _Converter(mod[entry], name).run()

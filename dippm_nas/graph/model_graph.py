@@ -32,31 +32,33 @@ class Node:
 
     @property
     def is_view(self) -> bool:
+        """Whether eager runs it as a view: no kernel runs and no data moves."""
         return self.category == "view"
 
     @property
     def activation_bytes_read(self) -> int:
+        """Bytes of the activations it reads, weights not included."""
         return sum(t.nbytes for t in self.inputs)
 
     @property
     def weight_bytes(self) -> int:
+        """Bytes of the parameters and constants it reads."""
         return sum(t.nbytes for t in self.weights)
 
     @property
     def bytes_read(self) -> int:
+        """Bytes it reads: activations and weights."""
         return self.activation_bytes_read + self.weight_bytes
 
     @property
     def bytes_written(self) -> int:
+        """Bytes of its outputs (counted for views too; :attr:`is_view` tells them apart)."""
         return sum(t.nbytes for t in self.outputs)
 
     @property
     def macs(self) -> int:
+        """Multiply-accumulates: half the FLOPs for conv, matmul and attention, 0 for anything else."""
         return self.flops // 2 if self.category in MAC_CATEGORIES else 0
-
-
-#: Categories whose FLOPs are multiply-accumulates (reported as MACs, as timm and DIPPM do).
-MAC_CATEGORIES = frozenset({"conv", "matmul", "attention"})
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,12 @@ class ModelGraph:
 
     @property
     def flops(self) -> int:
+        """FLOPs of one run at :attr:`batch`, summed over the nodes (conventions in :mod:`dippm_nas.graph.ops`)."""
         return sum(n.flops for n in self.nodes)
 
     @property
     def macs(self) -> int:
+        """Multiply-accumulates of one run at :attr:`batch`, as timm and DIPPM count them."""
         return sum(n.macs for n in self.nodes)
 
     @property
@@ -97,6 +101,7 @@ class ModelGraph:
 
     @cached_property
     def consumers(self) -> dict[int, tuple[int, ...]]:
+        """Each node id -> the ids of the nodes that read its output (empty for a node nothing reads)."""
         out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
         for src, dst in self.edges:
             out[src].append(dst)
@@ -104,6 +109,7 @@ class ModelGraph:
 
     @cached_property
     def producers(self) -> dict[int, tuple[int, ...]]:
+        """Each node id -> the ids of the nodes whose outputs it reads (empty where it reads only model inputs)."""
         out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
         for src, dst in self.edges:
             out[dst].append(src)
@@ -127,12 +133,15 @@ class ModelGraph:
         return rows, pairs[order, 0]
 
     def op_counts(self) -> dict[str, int]:
+        """How many nodes of each kind the graph has."""
         counts: dict[str, int] = {}
         for node in self.nodes:
             counts[node.kind] = counts.get(node.kind, 0) + 1
         return counts
 
     def summary(self) -> dict[str, object]:
+        """Headline figures for reports: node and edge counts, GFLOPs, GMACs, parameters in millions and
+        MiB, activations in MiB."""
         return {
             "name": self.name,
             "batch": self.batch,

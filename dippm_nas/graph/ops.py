@@ -68,6 +68,9 @@ AUTOCAST_KEEPS_WEIGHT_DTYPE = frozenset({"batch_norm", "instance_norm"})
 
 @dataclass(frozen=True)
 class OpSpec:
+    """What an operator is to the cost models: its node ``kind``, its ``category`` (one of
+    ``CATEGORIES``), its FLOP rule and, where it launches more than one kernel, its kernel rule."""
+
     kind: str
     category: str
     flops: FlopRule
@@ -83,6 +86,8 @@ _ATEN: dict[str, OpSpec] = {}
 
 
 def register(names: str | tuple[str, ...], category: str, flops: FlopRule) -> None:
+    """Cost rules for Relax operators (``relax.nn.conv2d``); the kind is the name without ``relax.``
+    and ``nn.``. Raises ValueError for a category not in ``CATEGORIES``."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
     for name in (names,) if isinstance(names, str) else names:
@@ -102,10 +107,17 @@ def register_aten(names: str | tuple[str, ...], kind: str, category: str, flops:
 
 
 def lookup(op_name: str) -> OpSpec | None:
+    """The spec of a Relax operator by its full name, or None for one not registered (kind ``other``).
+
+    >>> spec = lookup("relax.nn.conv2d")
+    >>> spec.kind, spec.category
+    ('conv2d', 'conv')
+    """
     return _REGISTRY.get(op_name)
 
 
 def lookup_aten(aten_name: str) -> OpSpec | None:
+    """The spec of an ATen (or ``onnx.``) operator kept as a generic node, or None for one not registered."""
     return _ATEN.get(aten_name)
 
 
@@ -116,8 +128,8 @@ def kept_whole_aten() -> tuple[str, ...]:
 
 @cache
 def vocabulary() -> tuple[str, ...]:
-    """Every node kind, sorted, then ``other``: the one-hot positions of the node features. Kept
-    until the next registration: every prediction reads it, and sorting the registry took 50 us."""
+    """Every node kind, sorted, then ``other``: the one-hot positions of the node features. Cached
+    until the next registration, since every prediction reads it."""
     return tuple(sorted({spec.kind for spec in (*_REGISTRY.values(), *_ATEN.values())})) + ("other",)
 
 
@@ -281,7 +293,8 @@ register_aten(("index.Tensor", "_unsafe_index.Tensor"), "index_tensor", "movemen
 register_aten(("_unsafe_index_put.default", "index_put.default"), "index_put", "movement", _zero)
 register_aten("unfold.default", "reshape", "view", _zero)
 register_aten(("hardswish.default", "hardswish_.default"), "hardswish", "activation", _per_output, kept_whole=True)
-register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output, kept_whole=True)
+register_aten(("hardsigmoid.default", "hardsigmoid_.default"), "hardsigmoid", "activation", _per_output,
+              kept_whole=True)
 register_aten("linalg_vector_norm.default", "norm", "reduce", _per_input, kept_whole=True)
 register_aten("roll.default", "roll", "movement", _zero, kept_whole=True)
 # F.unfold and F.fold (VOLO's outlook attention, TNT's pixel embedding) are one ATen kernel each in

@@ -12,9 +12,7 @@ from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import Tensor
 
 #: What a stored graph means, not only how it is laid out: bump it whenever the frontends read a model
-#: differently (a persistent cache would otherwise mix graphs of two versions in one study). 2: eager's
-#: local variables' liveness in every method, F.unfold / F.fold kept whole. 3: what a list a function
-#: appends to holds, and ``a, b = f(x), g(x)``; kernel counts read at the graph's batch, not stored.
+#: differently (a persistent cache would otherwise mix graphs of two versions in one study).
 FORMAT = 3
 
 
@@ -37,11 +35,19 @@ def _unattr(value: object) -> object:
 
 
 def graph_to_bytes(graph: ModelGraph) -> bytes:
+    """``graph`` as zlib-compressed JSON, tagged with ``FORMAT``; :func:`graph_from_bytes` reads it back.
+
+    >>> graph = ModelGraph("empty", batch=1, inputs=(Tensor((1, 3)),), nodes=(), edges=(), outputs=(),
+    ...                    param_count=0, param_bytes=0)
+    >>> graph_from_bytes(graph_to_bytes(graph)) == graph
+    True
+    """
     payload = {
         "format": FORMAT, "name": graph.name, "batch": graph.batch, "source": graph.source,
         "family": graph.family, "warnings": list(graph.warnings),
         "inputs": [_tensor(t) for t in graph.inputs], "edges": [list(e) for e in graph.edges],
-        "outputs": list(graph.outputs), "entry_nodes": list(graph.entry_nodes), "param_count": graph.param_count, "param_bytes": graph.param_bytes,
+        "outputs": list(graph.outputs), "entry_nodes": list(graph.entry_nodes),
+        "param_count": graph.param_count, "param_bytes": graph.param_bytes,
         "nodes": [[n.id, n.op, n.kind, n.category, {k: _attr(v) for k, v in n.attrs.items()},
                    [_tensor(t) for t in n.inputs], [_tensor(t) for t in n.outputs],
                    [_tensor(t) for t in n.weights], n.flops] for n in graph.nodes],
@@ -50,6 +56,7 @@ def graph_to_bytes(graph: ModelGraph) -> bytes:
 
 
 def graph_from_bytes(blob: bytes) -> ModelGraph:
+    """The graph :func:`graph_to_bytes` wrote; raises ValueError for bytes of another ``FORMAT``."""
     p = json.loads(zlib.decompress(blob))
     if p.get("format") != FORMAT:
         raise ValueError(f"cached graph has format {p.get('format')}, this version reads {FORMAT}")

@@ -52,6 +52,8 @@ def canonical(node: Node) -> tuple[str, dict[str, object]]:
 
 
 def node_label(node: Node) -> list[object]:
+    """What a node's hash covers: its canonical kind and attributes, input and weight shapes, and
+    output shapes with dtypes (JSON-ready)."""
     kind, attrs = canonical(node)
     return [
         kind,

@@ -17,6 +17,8 @@ from dippm_nas.graph.tensor import EAGER_HOLD
 
 
 def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
+    """The graph named ``name`` of ``blocks`` run in sequence (see the module docstring); batch, inputs
+    and family are the first block's. Raises ValueError for no blocks."""
     if not blocks:
         raise ValueError("nothing to stitch")
     nodes, edges = [], []

@@ -22,12 +22,15 @@ class MigChoice:
 
 
 def required_memory(memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> float:
+    """MiB a slice must offer for a model predicted to use ``memory_mib``: that plus the ``margin``
+    fraction. Raises ValueError for a negative margin."""
     if margin < 0:
         raise ValueError(f"the MIG safety margin must be >= 0, got {margin}")
     return memory_mib * (1.0 + margin)
 
 
 def fits(profile: MigProfile, memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> bool:
+    """Whether ``profile``'s usable memory holds ``memory_mib`` (MiB) plus the safety ``margin``."""
     return required_memory(memory_mib, margin) <= profile.usable_mib
 
 
@@ -37,6 +40,14 @@ def select_mig_profile(memory_mib: float, device: str | Device = "a100-40gb",
 
     Profiles are ordered by usable memory, then by SM count, so of two with the same memory
     (``1g.10gb`` and ``2g.10gb`` on an A100-40GB) the one with fewer SMs, the cheaper slice, wins.
+    ``memory_mib`` is in MiB (2**20 bytes); a GPU without MIG, or a model no profile holds, gives a
+    choice whose ``profile`` is None.
+
+    >>> choice = select_mig_profile(4000, "a100-40gb")
+    >>> choice.profile, round(choice.required_mib), round(choice.usable_mib)
+    ('1g.5gb', 4200, 4864)
+    >>> select_mig_profile(50_000, "a100-40gb").profile is None
+    True
     """
     gpu = get_device(device)
     need = required_memory(memory_mib, margin)
@@ -62,6 +73,9 @@ def paper_mig_rule(memory_mb: float) -> str | None:
     ``7g.40gb`` if 20 < m < 40 GB, else None. The inequalities are strict (a value on a boundary gets
     no profile), the thresholds are the nominal sizes rather than usable memory (1g.5gb holds only
     4864 MiB), and 4g.20gb and 1g.10gb are never offered.
+
+    >>> paper_mig_rule(4000.0), paper_mig_rule(5000.0)
+    ('1g.5gb', None)
     """
     lower = 0.0
     for profile, upper in PAPER_MIG_RULE:

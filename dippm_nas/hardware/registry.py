@@ -44,12 +44,20 @@ class MigProfile:
 
     @property
     def usable_mib(self) -> float:
+        """The usable memory in MiB, the unit predictions are compared in."""
         return self.usable_gib * GIB_IN_MIB
 
 
 @dataclass(frozen=True)
 class Device:
-    """A GPU's spec sheet. Throughputs are dense peaks in TFLOP/s, bandwidth in GB/s."""
+    """A GPU's spec sheet. Throughputs are dense peaks in TFLOP/s, bandwidth in GB/s.
+
+    A ``None`` throughput means the GPU has no tensor cores for that precision.
+
+    >>> gpu = get_device("a100-40gb")
+    >>> gpu.memory_mib, gpu.tensor_tflops("fp16"), [p.name for p in gpu.mig_profiles][:2]
+    (40960.0, 312.0, ['1g.5gb', '1g.10gb'])
+    """
 
     key: str
     name: str
@@ -71,10 +79,12 @@ class Device:
 
     @property
     def has_mig(self) -> bool:
+        """Whether the GPU can be split into MIG instances (a MIG slice itself cannot)."""
         return bool(self.mig_profiles)
 
     @property
     def memory_mib(self) -> float:
+        """The memory in MiB; for a slice, its usable memory."""
         return self.memory_gib * GIB_IN_MIB
 
     def tensor_tflops(self, precision: str) -> float:
@@ -95,6 +105,7 @@ class Device:
         return peak
 
     def mig_profile(self, name: str) -> MigProfile:
+        """The MIG profile called ``name`` (``1g.5gb``); raises DippmError listing the known ones if none is."""
         for profile in self.mig_profiles:
             if profile.name == name:
                 return profile
@@ -137,6 +148,7 @@ class Device:
         )
 
     def to_dict(self) -> dict[str, object]:
+        """The spec sheet as JSON-ready values, each MIG profile with its ``usable_mib``."""
         return {
             "key": self.key,
             "name": self.name,
@@ -164,12 +176,16 @@ LAYOUTS: dict[str, str] = {
 
 
 def check_layout(layout: str) -> str:
+    """``layout`` itself if it is a key of ``LAYOUTS``, else a DippmError that lists them."""
     if layout not in LAYOUTS:
-        raise DippmError(f"unknown memory layout {layout!r}; choose one of: {', '.join(LAYOUTS)}." + suggest(layout, LAYOUTS))
+        raise DippmError(
+            f"unknown memory layout {layout!r}; choose one of: {', '.join(LAYOUTS)}." + suggest(layout, LAYOUTS)
+        )
     return layout
 
 
 def check_precision(precision: str) -> str:
+    """``precision`` itself if it is a key of ``PRECISIONS``, else a DippmError that lists them."""
     if precision not in PRECISIONS:
         raise DippmError(
             f"unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}."
@@ -234,12 +250,26 @@ def _registry() -> dict[str, Device]:
 
 
 def list_devices() -> list[Device]:
-    """Every registered GPU, in the order of the spec sheet."""
+    """Every registered GPU, in the order of the spec sheet.
+
+    >>> list_devices()[0].key
+    'a100-40gb'
+    """
     return list(_registry().values())
 
 
 def get_device(key: str | Device) -> Device:
-    """A device by registry key (``a100-40gb``), or a MIG slice as ``a100-40gb:1g.5gb``."""
+    """A device by registry key (``a100-40gb``), or a MIG slice as ``a100-40gb:1g.5gb``.
+
+    The key is case-insensitive; a :class:`Device` is returned as it is. An unknown key raises
+    :class:`~dippm_nas.errors.UnknownDeviceError` with the known keys and the closest ones.
+
+    >>> get_device("A100-40GB").name
+    'NVIDIA A100-SXM4-40GB'
+    >>> gpu = get_device("a100-40gb:1g.5gb")
+    >>> gpu.sm_count, gpu.slice_of
+    (14, '1g.5gb')
+    """
     if isinstance(key, Device):
         return key
     base, _, profile = key.strip().lower().partition(":")

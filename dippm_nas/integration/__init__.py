@@ -8,6 +8,6 @@ from dippm_nas.integration.filters import feasible_pareto_front, is_feasible, tr
 from dippm_nas.integration.objective import HardwareObjective
 
 __all__ = [
-    "Block", "CachedFeaturizer", "Candidate", "HardwareConstraints", "HardwareCostModel", "HardwareObjective", "PREDICTION_ATTRS",
-    "feasible_pareto_front", "is_feasible", "record_prediction", "trials_fitting_mig",
+    "Block", "CachedFeaturizer", "Candidate", "HardwareConstraints", "HardwareCostModel", "HardwareObjective",
+    "PREDICTION_ATTRS", "feasible_pareto_front", "is_feasible", "record_prediction", "trials_fitting_mig",
 ]

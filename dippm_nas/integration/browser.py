@@ -15,6 +15,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def chromium() -> str:
+    """The path of the first Chromium or Chrome on PATH; a DippmError saying how to install one if none is."""
     for name in ("chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name)
         if path:
@@ -34,6 +35,10 @@ def rendered_dom(html_file: str | Path) -> str:
 
 
 def screenshot(html_file: str | Path, png: str | Path, width: int = 1300, height: int = 2600) -> Path:
+    """Render the page in a ``width`` x ``height`` pixel window into ``png`` and return its absolute path.
+
+    Raises DippmError when Chromium wrote no file.
+    """
     png = Path(png).resolve()
     png.parent.mkdir(parents=True, exist_ok=True)
     _run(Path(html_file), f"--screenshot={png}", f"--window-size={width},{height}")

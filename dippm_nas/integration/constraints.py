@@ -21,6 +21,7 @@ PREDICTION_ATTRS = ("latency_ms", "energy_j", "memory_mb", "mig_profile", "devic
 
 
 def record_prediction(trial, prediction: Prediction) -> None:
+    """Put the prediction's :data:`PREDICTION_ATTRS` on ``trial`` as user attributes (tuples as lists)."""
     for name in PREDICTION_ATTRS:
         value = getattr(prediction, name)
         trial.set_user_attr(name, list(value) if isinstance(value, tuple) else value)
@@ -29,6 +30,10 @@ def record_prediction(trial, prediction: Prediction) -> None:
 @dataclass(frozen=True)
 class HardwareConstraints:
     """Upper bounds on predicted cost; ``mig_profiles`` are the slices a candidate may run in.
+
+    A bound left at None is not checked. Latency is in ms, energy in J per batch, memory in MiB; a
+    candidate fits a slice when its memory plus ``mig_margin`` does. An unknown device or profile is a
+    DippmError that lists the known ones.
 
     >>> HardwareConstraints(latency_ms=2.0, mig_profiles=("1g.5gb",), device="a100-40gb")  # doctest: +ELLIPSIS
     HardwareConstraints(latency_ms=2.0, ...)
@@ -50,10 +55,20 @@ class HardwareConstraints:
 
     @property
     def gpu(self) -> Device:
+        """The device the MIG profiles belong to."""
         return get_device(self.device)
 
     def values(self, prediction: Prediction) -> dict[str, float]:
-        """Constraint values, feasible when <= 0."""
+        """Constraint values by name, each the prediction minus its bound: feasible when <= 0.
+
+        Raises DippmError when there are MIG profiles and the prediction is for another device.
+
+        >>> from dippm_nas.cost import Prediction
+        >>> prediction = Prediction(model="m", latency_ms=2.5, energy_j=0.1, memory_mb=900.0, mig_profile="1g.5gb",
+        ...                         device="a100-40gb", precision="fp32", batch=8, cost_model="analytical")
+        >>> HardwareConstraints(latency_ms=2.0, energy_j=0.5).values(prediction)
+        {'latency_ms': 0.5, 'energy_j': -0.4}
+        """
         out: dict[str, float] = {}
         for name in ("latency_ms", "energy_j", "memory_mb"):
             bound = getattr(self, name)
@@ -69,6 +84,7 @@ class HardwareConstraints:
         return out
 
     def apply(self, trial, prediction: Prediction) -> dict[str, float]:
+        """Set :meth:`values` as the trial's constraints (``trial.set_constraint``) and return them."""
         values = self.values(prediction)
         for key, value in values.items():
             trial.set_constraint(key, value)
@@ -76,4 +92,5 @@ class HardwareConstraints:
 
     @staticmethod
     def feasible(values: dict[str, float]) -> bool:
+        """Whether every value of :meth:`values` is met (<= 0); no values at all is feasible."""
         return all(v <= 0 for v in values.values())

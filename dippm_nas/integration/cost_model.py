@@ -21,12 +21,16 @@ class HardwareCostModel:
 
     ``cache`` is a :class:`GraphCache`, a path to a SQLite file shared by all workers, or None for a
     private in-memory cache; ``use_cache=False`` featurizes every candidate whole, from scratch.
+    ``cost_model="auto"`` takes the learned model where it was trained and the analytical one elsewhere.
 
+    >>> import optuna
     >>> from search_spaces import get_search_space
-    >>> space = get_search_space("mobilenetv3")
+    >>> space = get_search_space("mobilenetv3", fixed={"resolution": 160})
+    >>> study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     >>> cost = HardwareCostModel(device="a100-40gb", batch=8, precision="fp32")
-    >>> candidate = space.from_arch(space.default_arch())  # doctest: +SKIP
-    >>> cost.score(candidate).latency_ms                   # doctest: +SKIP
+    >>> prediction = cost.score(space.sample(study.ask()))
+    >>> prediction.device, prediction.batch, prediction.latency_ms > 0, prediction.mig_profile
+    ('a100-40gb', 8, True, '1g.5gb')
     """
 
     def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
@@ -45,9 +49,11 @@ class HardwareCostModel:
 
     @property
     def cache(self) -> GraphCache:
+        """The cache of block, candidate and model graphs this cost model reads and fills."""
         return self.featurizer.cache
 
     def graph(self, candidate: Candidate | Any, inputs: InputLike = None) -> ModelGraph:
+        """The graph :meth:`score` predicts from, at this model's batch; ``inputs`` is for a plain model."""
         if self.use_cache:
             return self.featurizer.graph(candidate, inputs)
         from dippm_nas._predict import build_graph

@@ -36,6 +36,7 @@ class CachedFeaturizer:
         self.cache = cache if cache is not None else GraphCache()
 
     def block_graph(self, block: Block) -> ModelGraph:
+        """One block's graph, exported the first time its signature is seen at this batch."""
         key = f"block:{block.signature}:b{self.batch}"
         graph = self.cache.get(key)
         if graph is None:
@@ -46,6 +47,7 @@ class CachedFeaturizer:
         return graph
 
     def candidate_graph(self, candidate: Candidate) -> ModelGraph:
+        """The candidate's graph stitched from its blocks' graphs, cached under the architecture's signature."""
         key = f"candidate:{candidate.signature}:b{self.batch}"
         graph = self.cache.get(key)
         if graph is None:
@@ -54,6 +56,7 @@ class CachedFeaturizer:
         return graph
 
     def model_graph(self, model: Any, inputs: InputLike = None) -> ModelGraph:
+        """A whole model's graph (anything :func:`dippm_nas.build_graph` takes), cached under its name or structure."""
         key = _model_key(model, inputs, self.batch)
         graph = self.cache.get(key)
         if graph is None:
@@ -64,6 +67,7 @@ class CachedFeaturizer:
         return graph
 
     def graph(self, item: Candidate | Any, inputs: InputLike = None) -> ModelGraph:
+        """The graph of a block-built candidate, a zoo candidate or any other model, whichever ``item`` is."""
         if getattr(item, "blocks", None):
             return self.candidate_graph(item)
         if getattr(item, "model", None) is not None:  # a zoo candidate: the whole model, by name

@@ -23,10 +23,23 @@ def trials_fitting_mig(study: optuna.Study, profile: str, device: str = "a100-40
 
 
 def is_feasible(trial: FrozenTrial) -> bool:
+    """Whether the trial meets every constraint it set (<= 0); a trial that set none is feasible."""
     return all(v <= 0 for v in trial.constraints.values())
 
 
 def feasible_pareto_front(study: optuna.Study) -> list[FrozenTrial]:
-    """The Pareto-optimal trials among the feasible ones (Optuna's ``best_trials`` already says so
-    for a constrained study; this also holds for a study where only some trials set constraints)."""
+    """The Pareto-optimal trials among the feasible ones.
+
+    Optuna's ``best_trials`` already keeps to feasible trials in a constrained study; this also holds for
+    a study where only some trials set constraints.
+
+    >>> from optuna.trial import create_trial
+    >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
+    >>> study = optuna.create_study(directions=["maximize", "minimize"])
+    >>> study.add_trial(create_trial(values=[0.9, 5.0], constraints={"latency_ms": 1.0}))
+    >>> study.add_trial(create_trial(values=[0.8, 3.0], constraints={"latency_ms": -1.0}))
+    >>> study.add_trial(create_trial(values=[0.7, 4.0], constraints={"latency_ms": -0.5}))
+    >>> [t.number for t in feasible_pareto_front(study)]
+    [1]
+    """
     return [t for t in study.best_trials if is_feasible(t)]

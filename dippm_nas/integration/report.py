@@ -20,13 +20,16 @@ from optuna.trial import FrozenTrial, TrialState
 from dippm_nas.errors import DippmError
 from dippm_nas.integration.filters import is_feasible
 
-COSTS = {"latency_ms": "predicted latency (ms)", "energy_j": "predicted energy (J)", "memory_mb": "predicted memory (MiB)"}
+COSTS = {"latency_ms": "predicted latency (ms)", "energy_j": "predicted energy (J)",
+         "memory_mb": "predicted memory (MiB)"}
 INFEASIBLE = "infeasible"
 PALETTE = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728"]
 
 
 @dataclass(frozen=True)
 class ReportSummary:
+    """What :func:`write_report` wrote: the HTML file, trial counts, the Pareto-optimal trial numbers, the PNGs."""
+
     path: Path
     trials: int
     feasible: int
@@ -35,7 +38,9 @@ class ReportSummary:
 
 
 def scored_trials(study: optuna.Study) -> list[FrozenTrial]:
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "latency_ms" in t.user_attrs]
+    """The completed trials dippm-nas scored; a DippmError when there are none."""
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if "latency_ms" in t.user_attrs]
     if not trials:
         raise DippmError(f"study {study.study_name!r} has no completed trial scored by dippm-nas (no latency_ms "
                          "user attribute); run a search with HardwareObjective first.")
@@ -98,8 +103,8 @@ def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
         arch = a.get("architecture", t.params)
         notes = "\n".join(a.get("notes", ()))  # why this cost model, how far from its data: shown on hover
         rows.append([str(t.number), f"{t.values[0]:.4g}", f"{a['latency_ms']:.4g}", f"{a['energy_j']:.4g}",
-                     f"{a['memory_mb']:.0f}", str(a.get("mig_profile") or "none"), (str(a.get("cost_model", "")), notes),
-                     json.dumps(arch, sort_keys=True)[:400]])
+                     f"{a['memory_mb']:.0f}", str(a.get("mig_profile") or "none"),
+                     (str(a.get("cost_model", "")), notes), json.dumps(arch, sort_keys=True)[:400]])
     cells = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     return f'<table id="pareto-table"><thead><tr>{header}</tr></thead><tbody>{cells}</tbody></table>'
@@ -140,7 +145,14 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
     return tuple(out)
 
 
-def write_report(study: optuna.Study, out: str | Path = "report.html", png_dir: str | Path | None = None) -> ReportSummary:
+def write_report(study: optuna.Study, out: str | Path = "report.html",
+                 png_dir: str | Path | None = None) -> ReportSummary:
+    """Write the study's report to ``out`` as one HTML file that opens offline, and PNG fronts into ``png_dir``.
+
+    The study's first objective must be the accuracy and its trials scored by
+    :class:`~dippm_nas.integration.HardwareObjective` (:func:`scored_trials`); plotly draws the HTML,
+    matplotlib the PNGs (only when ``png_dir`` is given).
+    """
     trials = scored_trials(study)
     maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
     fronts = {cost: pareto_2d(trials, cost, maximize) for cost in COSTS}
@@ -161,7 +173,8 @@ def write_report(study: optuna.Study, out: str | Path = "report.html", png_dir: 
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>dippm-nas report: {html.escape(study.study_name)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:24px;max-width:1300px}}
-table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top}}
+table{{border-collapse:collapse;font-size:13px}}\
+td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top}}
 th{{background:#f3f3f3}}td:last-child{{font-family:monospace;font-size:11px;max-width:520px;word-break:break-all}}</style>
 </head><body>
 <h1>dippm-nas report: {html.escape(study.study_name)}</h1>
