@@ -70,7 +70,8 @@ def main() -> int:
     p95 = percentile(list(times.values()), 0.95) if times else float("nan")
     print(f"models sampled: {len(models)} (seed {args.seed}, timm {timm.__version__})")
     print(f"featurized: {ok}/{len(models)} = {share:.1%}  (bar: >= 97%)")
-    print(f"time per model: median {median:.2f} s, p95 {p95:.2f} s, max {max(times.values(), default=0):.2f} s  (bar: p95 < 10 s)")
+    print(f"time per model: median {median:.2f} s, p95 {p95:.2f} s, "
+          f"max {max(times.values(), default=0):.2f} s  (bar: p95 < 10 s)")
     slowest = sorted(times.items(), key=lambda kv: kv[1], reverse=True)[:5]
     print("slowest: " + ", ".join(f"{n} {t:.1f}s" for n, t in slowest))
     print(f"vocabulary: {len(ops.vocabulary())} kinds; Relax operators outside it: {unregistered or 'none'}")

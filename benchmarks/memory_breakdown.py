@@ -35,9 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Each column: the figure over the figure it is set against (see the module's docstring).
-RATIOS = {"total": ("measured total", "total"), "allocated": ("allocated", "live"), "reserved": ("reserved", "replayed"),
-          "slack measured": ("reserved", "allocated"), "slack replayed": ("replayed", "live"),
-          "context": ("context", "model context")}
+RATIOS = {"total": ("measured total", "total"), "allocated": ("allocated", "live"),
+          "reserved": ("reserved", "replayed"), "slack measured": ("reserved", "allocated"),
+          "slack replayed": ("replayed", "live"), "context": ("context", "model context")}
 
 
 def main() -> int:
@@ -66,13 +66,15 @@ def main() -> int:
         if graph is None:
             skipped += 1
             continue
-        m = analytical.memory(node_table(scale_batch(graph, int(r["batch"]))), r["precision"], torch_release(r["torch"]))
+        m = analytical.memory(node_table(scale_batch(graph, int(r["batch"]))), r["precision"],
+                              torch_release(r["torch"]))
         context, allocated, reserved = (float(r[c]) for c in
                                         ("memory_context_mib", "memory_allocated_mib", "memory_reserved_mib"))
         live = m.weights_mib + m.activations_mib + m.workspace_mib
         by_batch.setdefault(int(r["batch"]), []).append((r["model"], {
             "measured total": context + reserved, "total": m.total_mib, "allocated": allocated, "live": live,
-            "reserved": reserved, "replayed": live + m.allocator_mib, "context": context, "model context": m.context_mib}))
+            "reserved": reserved, "replayed": live + m.allocator_mib, "context": context,
+            "model context": m.context_mib}))
     print(f"{sum(map(len, by_batch.values()))} measured configurations"
           + (f" ({skipped} without a featurized graph skipped)" if skipped else ""))
     print(f"{'batch':>6} {'n':>4}  " + "  ".join(f"{name:>22}" for name in RATIOS))
@@ -89,7 +91,8 @@ def main() -> int:
             over, under = RATIOS[label]
             ranked = sorted(by_batch[largest], key=lambda sample: sample[1][over] / sample[1][under])
             shown = ranked[:args.extremes] + ranked[-args.extremes:] if len(ranked) > 2 * args.extremes else ranked
-            print(f"\nbatch {largest}, {label}: measured over analytical, furthest both ways (MiB measured / analytical)")
+            print(f"\nbatch {largest}, {label}: measured over analytical, furthest both ways "
+                  "(MiB measured / analytical)")
             for model, f in shown:
                 print(f"  {model:<40} {f[over] / f[under]:5.2f}  {f[over]:8.0f} / {f[under]:.0f}")
     return 0

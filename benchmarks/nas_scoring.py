@@ -57,7 +57,8 @@ def main() -> int:
 
     space, candidates = sample_candidates(args.n, args.seed)
     distinct = len({c.signature for c in candidates})
-    print(f"{args.n} OFA-MobileNetV3 candidates (seed {args.seed}, {distinct} distinct), {args.device}, batch {args.batch}")
+    print(f"{args.n} OFA-MobileNetV3 candidates (seed {args.seed}, {distinct} distinct), {args.device}, "
+          f"batch {args.batch}")
 
     cold_model = HardwareCostModel(args.device, args.batch, use_cache=False)
     cold, cold_times = timed(cold_model.score, candidates, "cold (whole export)")

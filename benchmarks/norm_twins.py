@@ -19,7 +19,8 @@ twins' configurations timm measured (fp16, both layouts) for the harness's kerne
 
     python benchmarks/norm_twins.py
     python benchmarks/norm_twins.py --manifest data/manifests/norm_twins.csv
-    python -m dippm_nas.measure --kernels --manifest data/manifests/norm_twins.csv --out data/measurements/kernels/h100.csv
+    python -m dippm_nas.measure --kernels --manifest data/manifests/norm_twins.csv \
+        --out data/measurements/kernels/h100.csv
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def main() -> int:
 
     def analytical(record):
         """The analytical estimate of a record, as the data set's is made."""
-        return record_inputs(node_table(scale_batch(graphs[record.graph_key], record.batch)), asdict(record), model).estimate
+        table = node_table(scale_batch(graphs[record.graph_key], record.batch))
+        return record_inputs(table, asdict(record), model).estimate
 
     def config(record):
         return record.device, record.torch, record.layout, record.image_size, record.batch
@@ -79,17 +81,19 @@ def main() -> int:
             predicted = estimate_b / analytical(a).latency_ms
             device, torch_version, layout, size, batch = key
             print(f"  {variant:<20} {device:<8} torch {torch_version:<6} {layout} {size}px batch {batch:<5} measured "
-                  f"{measured:4.2f}, analytical {predicted:4.2f}; {variant} measured / analytical {b.latency_ms / estimate_b:4.2f}")
+                  f"{measured:4.2f}, analytical {predicted:4.2f}; "
+                  f"{variant} measured / analytical {b.latency_ms / estimate_b:4.2f}")
     if args.manifest:
         _write_twins_manifest(by_config, args.manifest)
     harness = [r for r in records if r.memory_mb is not None and "gn" in r.model]
     if harness:
-        print("\nthe harness's group-norm models: measured memory against the analytical peak (float32 outputs included)")
+        print("\nthe harness's group-norm models: measured memory against the analytical peak "
+              "(float32 outputs included)")
         for r in sorted(harness, key=lambda r: (r.model, r.batch)):
             estimate = analytical(r)
             print(f"  {r.model:<20} {r.device} batch {r.batch:<4} measured {r.memory_mb:8.1f} MiB, analytical "
-                  f"{estimate.memory_mib:8.1f} MiB ({r.memory_mb / estimate.memory_mib:4.2f}); latency measured / analytical "
-                  f"{r.latency_ms / estimate.latency_ms:4.2f}")
+                  f"{estimate.memory_mib:8.1f} MiB ({r.memory_mb / estimate.memory_mib:4.2f}); "
+                  f"latency measured / analytical {r.latency_ms / estimate.latency_ms:4.2f}")
     if args.kernels:
         _compare_profiles(args.kernels, by_config, lambda record: analytical(record).latency_ms)
     return 0
@@ -111,7 +115,8 @@ def _compare_profiles(path: str, by_config: dict, analytical_ms) -> None:
           "analytical ratio on that GPU; the variant's kernel time by ATen operator (self time)")
     for base, variant in TWINS:
         for run in sorted((r for r in times if r.model == variant), key=lambda r: (r.image_size, r.layout)):
-            twin = next((r for r in times if r.model == base and (r.image_size, r.layout) == (run.image_size, run.layout)), None)
+            twin = next((r for r in times
+                         if r.model == base and (r.image_size, r.layout) == (run.image_size, run.layout)), None)
             if twin is None:
                 continue
             total = sum(times[run].values())

@@ -26,7 +26,8 @@ def main() -> int:
     from dippm_nas.training.evaluate import SPLIT_NAMES, splits_for
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", default="family", choices=SPLIT_NAMES, help="which of evaluate's splits (default: family)")
+    parser.add_argument("--split", default="family", choices=SPLIT_NAMES,
+                        help="which of evaluate's splits (default: family)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, comma-separated (default: 0,1,2,3,4)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     args = parser.parse_args()
@@ -65,7 +66,8 @@ def main() -> int:
         for key, fmt in (("mape", "{:.2%}"), ("tau", "{:.3f}"), ("within10", "{:.1%}")):
             values = [r[key] for r in runs]
             print(f"{key}: mean {fmt.format(statistics.mean(values))}, standard deviation "
-                  f"{fmt.format(statistics.stdev(values))}, range {fmt.format(min(values))} - {fmt.format(max(values))}")
+                  f"{fmt.format(statistics.stdev(values))}, "
+                  f"range {fmt.format(min(values))} - {fmt.format(max(values))}")
     return 0
 
 

@@ -1,9 +1,8 @@
 """Compare training configurations on a split's validation set, the only place choices are made.
 
-Every hyper-parameter of `TrainConfig` was chosen this way (their docstrings give the figures), and a
-proposed change should be too: this trains PMGNS on the split's training records once per variant and
-seed (every member of its ensemble, each with its own early stopping on validation) and no refit (the
-refit would train on validation), and
+Every hyper-parameter of `TrainConfig` was chosen this way, and a proposed change should be too: this
+trains PMGNS on the split's training records once per variant and seed (every member of its ensemble,
+each with its own early stopping on validation) and no refit (the refit would train on validation), and
 prints the analytical model's validation MAPE per target (what a correction has to beat), then the
 validation MAPE, Kendall tau and share within 10 % of each run, the mean per-family MAPE (each
 validation family counting once, as each unseen family does for a user) and the means over seeds,
@@ -71,7 +70,8 @@ def main() -> int:
     from dippm_nas.training.evaluate import SPLIT_NAMES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", default="family", choices=SPLIT_NAMES, help="which of evaluate's splits (default: family)")
+    parser.add_argument("--split", default="family", choices=SPLIT_NAMES,
+                        help="which of evaluate's splits (default: family)")
     parser.add_argument("--seeds", default="0,1,2", help="training seeds, comma-separated (default: 0,1,2)")
     parser.add_argument("--variant", action="append", type=_variant, default=[], metavar="NAME=JSON",
                         help="a configuration to compare, as TrainConfig overrides; repeatable")
@@ -89,8 +89,9 @@ def main() -> int:
     import numpy as np
     import torch
 
+    from dippm_nas.training.accuracy_report import write_predictions
     from dippm_nas.training.dataset import build_training_set
-    from dippm_nas.training.evaluate import PREDICTION_KEYS, splits_for, write_predictions
+    from dippm_nas.training.evaluate import PREDICTION_KEYS, splits_for
     from dippm_nas.training.metrics import mape, summary
     from dippm_nas.training.records import load_records
     from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets

@@ -24,7 +24,8 @@ from search_spaces.proxies import naswot_score
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--latency-ms", type=float, default=1.6, help="predicted latency bound at batch 8 (default 1.6)")
+    parser.add_argument("--latency-ms", type=float, default=1.6,
+                        help="predicted latency bound at batch 8 (default 1.6)")
     parser.add_argument("--storage", default=None, help="Optuna storage URL (default: in memory)")
     parser.add_argument("--study", default="mobilenetv3-1g.5gb")
     parser.add_argument("--cache", default=None, help="SQLite file for the subgraph cache, shared by workers")

@@ -11,7 +11,18 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    """What to run: a model (timm name or ``module:factory``), its input, batch and precision."""
+    """What to run: a model (timm name or ``module:factory``), its input, batch and precision.
+
+    ``input_shape`` leaves the batch out; ``precision`` is one of ``PRECISIONS``.
+
+    >>> cfg = MeasureConfig("resnet18", batch=8, precision="fp16")
+    >>> cfg.key
+    'timm:resnet18|3x224x224|b8|fp16|nchw'
+    >>> MeasureConfig("resnet18", precision="int8")
+    Traceback (most recent call last):
+    ...
+    ValueError: precision 'int8' is not one of ('fp32', 'fp16', 'bf16')
+    """
 
     model: str
     input_shape: tuple[int, ...] = (3, 224, 224)
@@ -38,6 +49,16 @@ _FIELDS = [f.name for f in fields(MeasureConfig)]
 
 
 def write_manifest(configs: list[MeasureConfig], path: str | Path) -> None:
+    """Writes ``configs`` as a CSV manifest, one row each, replacing the file and creating its folder.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "manifests" / "manifest.csv"
+    ...     write_manifest([MeasureConfig("resnet18", batch=8), MeasureConfig("vit_tiny_patch16_224")], path)
+    ...     keys = [cfg.key for cfg in read_manifest(path)]
+    >>> keys
+    ['timm:resnet18|3x224x224|b8|fp32|nchw', 'timm:vit_tiny_patch16_224|3x224x224|b1|fp32|nchw']
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
@@ -50,6 +71,16 @@ def write_manifest(configs: list[MeasureConfig], path: str | Path) -> None:
 
 
 def read_manifest(path: str | Path) -> list[MeasureConfig]:
+    """The configurations of a manifest, in its order; a missing ``source`` or ``layout`` is timm and NCHW.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "manifest.csv"
+    ...     _ = path.write_text("model,input_shape,batch,precision\\nresnet18,3x160x160,32,bf16\\n")
+    ...     configs = read_manifest(path)
+    >>> [(cfg.model, cfg.input_shape, cfg.batch, cfg.precision, cfg.source, cfg.layout) for cfg in configs]
+    [('resnet18', (3, 160, 160), 32, 'bf16', 'timm', 'nchw')]
+    """
     with Path(path).open(newline="") as fh:
         return [
             MeasureConfig(

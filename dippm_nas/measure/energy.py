@@ -31,6 +31,7 @@ class EnergyMeter:
             return False
 
     def start(self) -> None:
+        """Opens the window: reads the energy counter, or starts sampling power where the GPU has none."""
         if self.handle is None:
             return
         if self._counter_works():
@@ -51,6 +52,7 @@ class EnergyMeter:
             time.sleep(POWER_SAMPLE_S)
 
     def stop(self) -> None:
+        """Closes the window and sets ``joules``; it stays None without NVML."""
         if self.method == "nvml_total_energy_counter":
             self.joules = (self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self._start_mj) / 1000.0
         elif self.method == "nvml_power_sampling" and self._thread is not None:

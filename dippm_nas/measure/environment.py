@@ -16,6 +16,8 @@ PROTOCOL = ("dippm-nas-v1: random weights, eval, inference_mode, torch.autocast 
 
 @dataclass(frozen=True)
 class Environment:
+    """What a row was measured with: the GPU, its driver, the library versions and the flags that change timing."""
+
     device_kind: str  # "cuda" or "cpu"
     gpu_name: str
     driver: str
@@ -30,6 +32,7 @@ class Environment:
     protocol: str = PROTOCOL
 
     def as_row(self) -> dict[str, object]:
+        """The fields as columns of a measurement row."""
         return asdict(self)
 
 
@@ -45,6 +48,7 @@ def nvml():
 
 
 def describe(device_kind: str) -> Environment:
+    """This machine's environment; the GPU name and driver are '' on the CPU or (the driver) without NVML."""
     import timm
 
     gpu_name = driver = ""
@@ -64,4 +68,5 @@ def describe(device_kind: str) -> Environment:
 
 
 def utc_now() -> str:
+    """The time in UTC to the second, ISO 8601: a row's ``date``."""
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()

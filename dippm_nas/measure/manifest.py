@@ -34,6 +34,7 @@ def timm_families() -> dict[str, list[str]]:
 
 
 def timm_input_shape(name: str) -> tuple[int, ...]:
+    """The input size timm's pretrained configuration gives ``name``, without the batch; 3x224x224 if none."""
     import timm
 
     cfg = timm.models.get_pretrained_cfg(name)

@@ -43,6 +43,7 @@ _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def measured_keys(path: Path) -> set[str]:
+    """Keys of the configurations ``path`` already holds a row for (empty when there is no file yet)."""
     if not path.exists() or path.stat().st_size == 0:
         return set()
     with path.open(newline="") as fh:
@@ -82,6 +83,7 @@ class ModelOnDevice:
         self._model: torch.nn.Module | None = None
 
     def __call__(self, cfg: MeasureConfig) -> torch.nn.Module:
+        """The configuration's model in eval mode on the device, built only when the model or layout differs."""
         key = (cfg.source, cfg.model, cfg.layout)
         if key != self._key:
             self.drop()
@@ -92,6 +94,7 @@ class ModelOnDevice:
         return self._model
 
     def drop(self) -> None:
+        """Forgets the model, so that a failed configuration's memory can be freed and the next one rebuilds."""
         self._key = self._model = None
 
 
@@ -126,6 +129,7 @@ def model_input(cfg: MeasureConfig, device_kind: str, device: torch.device
 
 
 def configuration_row(cfg: MeasureConfig) -> dict[str, object]:
+    """The columns that say which configuration a row belongs to; every row starts with them."""
     return {"key": cfg.key, "model": cfg.model, "source": cfg.source, "family": cfg.family,
             "input_shape": "x".join(map(str, cfg.input_shape)), "batch": cfg.batch,
             "precision": cfg.precision, "layout": cfg.layout}
@@ -190,7 +194,8 @@ class Measurement:
 
 def _latency_summary(rows: list[dict[str, object]]) -> str:
     latency = rows[0].get("latency_ms_median")
-    return f"{rows[0]['status']} " + (f"{latency:.3f} ms" if isinstance(latency, float) else str(rows[0].get("error", "")))
+    verdict = f"{latency:.3f} ms" if isinstance(latency, float) else str(rows[0].get("error", ""))
+    return f"{rows[0]['status']} {verdict}"
 
 
 #: What ``run`` can measure, by name (``dippm_nas.measure.kernels`` adds "kernels").

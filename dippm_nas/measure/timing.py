@@ -19,6 +19,8 @@ MIN_TIMED_S = 1.0
 
 @dataclass(frozen=True)
 class Timing:
+    """One timed window: per-iteration times in milliseconds, the window in seconds, the warm-up iterations."""
+
     median_ms: float
     mean_ms: float
     p10_ms: float
@@ -43,6 +45,7 @@ class Timer:
         self.cuda = device_kind == "cuda"
 
     def __call__(self, step: Callable[[], object]) -> float:
+        """Runs ``step`` once and returns its time in milliseconds, waiting for the GPU to finish it."""
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

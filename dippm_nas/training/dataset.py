@@ -21,16 +21,22 @@ from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
 from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.training.featurize import DEFAULT_STORE, store_key
+from dippm_nas.training.featurize import store_key
+from dippm_nas.training.paths import project
 from dippm_nas.training.records import Record
 
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    """A graph as PMGNS reads it: node features ``[operators, features]`` and the ``[2, edges]`` index."""
     return node_feature_matrix(node_table(graph)), edge_index(graph)
 
 
 @dataclass
 class TrainingSet:
+    """Everything training reads, one row per record (``graph_of`` names its graph, an index into ``x``
+    and ``edges``); ``analytical`` and ``targets`` have a column per target in the order of ``TARGETS``.
+    ``missing`` names the graphs left out with their reason."""
+
     records: list[Record]
     graph_keys: list[str]
     x: list[torch.Tensor]
@@ -46,15 +52,19 @@ class TrainingSet:
 
     @property
     def families(self) -> np.ndarray:
+        """Each record's model family, what the family split holds out."""
         return np.array([r.family for r in self.records])
 
     @property
     def devices(self) -> np.ndarray:
+        """Each record's GPU (a device registry key), what a device split divides."""
         return np.array([r.device for r in self.records])
 
 
-def load_graphs(keys: set[str], store: Path = DEFAULT_STORE) -> dict[str, ModelGraph]:
-    cache = GraphCache(store)
+def load_graphs(keys: set[str], store: Path | None = None) -> dict[str, ModelGraph]:
+    """The stored graphs of ``keys`` (``source:model@size``) that the store (the project's, by default)
+    has; a key it lacks is left out."""
+    cache = GraphCache(store or project().graph_store)
     graphs = {}
     for key in sorted(keys):
         graph = cache.get(store_key(key))
@@ -63,7 +73,9 @@ def load_graphs(keys: set[str], store: Path = DEFAULT_STORE) -> dict[str, ModelG
     return graphs
 
 
-def build_training_set(records: list[Record], store: Path = DEFAULT_STORE) -> TrainingSet:
+def build_training_set(records: list[Record], store: Path | None = None) -> TrainingSet:
+    """The tensors of every record whose graph the store (the project's, by default) has; a record whose
+    graph it lacks is left out and its graph listed in ``missing``. Shows a progress bar on stderr."""
     graphs = load_graphs({r.graph_key for r in records}, store)
     missing = {r.graph_key: "not featurized (see failures.csv)" for r in records if r.graph_key not in graphs}
     kept = [r for r in records if r.graph_key in graphs]

@@ -1,20 +1,17 @@
 """``dippm-nas evaluate``: every split, PMGNS against the analytical model and a log-linear baseline,
-the paper's GNN comparison, tables in ``docs/accuracy.md`` and predicted-against-measured plots."""
+the paper's GNN comparison. It computes and returns an :class:`Evaluation`; rendering it (``docs/accuracy.md``,
+plots, the predictions CSV) is :mod:`dippm_nas.training.accuracy_report`'s job."""
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import (
-    BOOTSTRAP_SAMPLES,
     cluster_bootstrap,
     kendall_tau,
     mape,
@@ -24,6 +21,7 @@ from dippm_nas.training.metrics import (
 )
 from dippm_nas.training.splits import Split, device_split, family_split, random_split
 from dippm_nas.training.train import (
+    Fitted,
     TrainConfig,
     applied_corrections,
     final_training_records,
@@ -32,13 +30,11 @@ from dippm_nas.training.train import (
     predict_targets,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMPARISON = ("sage", "gcn", "gat", "gin", "mlp")
 BARS = {"random": {"mape": 0.05}, "family": {"mape": 0.12, "tau": 0.93},
         "rtx3090->rtx4090": {"mape": 0.15, "tau": 0.93}}
-#: The issue's bars for energy and memory: test MAPE with whole families held out.
+#: The bars for energy and memory: test MAPE with whole families held out.
 TARGET_BARS = {("family", "energy_j"): 0.10, ("family", "memory_mb"): 0.05}
-UNITS = {"latency_ms": "latency (ms)", "energy_j": "energy per batch (J)", "memory_mb": "GPU memory (MiB)"}
 
 
 #: Train on the first GPU's records, test on the second's.
@@ -72,34 +68,6 @@ def loglinear(ts: TrainingSet, split: Split, fitted_on: np.ndarray) -> np.ndarra
     return np.exp(_loglinear_features(ts, split.test) @ coef)
 
 
-def _plot(measured: np.ndarray, predictions: dict[str, np.ndarray], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.2, 5))
-    lo, hi = float(np.min(measured)), float(np.max(measured))
-    for (name, pred), marker in zip(predictions.items(), ("o", "x", "+")):
-        ax.scatter(measured, pred, s=6, alpha=0.5, marker=marker, label=name)
-        lo, hi = min(lo, float(np.min(pred))), max(hi, float(np.max(pred)))
-    ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured")
-    ax.set_ylabel("predicted")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _plot_name(split: str, target: str = "latency_ms") -> str:
-    return f"{target.split('_')[0]}_{split.replace('->', '_to_')}.png"
-
-
 #: Families listed per split in the error breakdown: those that add the most to the test MAPE.
 WORST_FAMILIES = 6
 
@@ -116,7 +84,8 @@ def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: n
     ratio = median_ratio(predicted, measured)
     unbiased, own = tau_by_error_part(predicted, measured, ts.graph_of[split.test])
     parts = [f"bias: median predicted / measured {ratio:.3f} (the analytical model's "
-             f"{median_ratio(analytical, measured):.3f}); with it divided out, MAPE {mape(predicted / ratio, measured):.1%}",
+             f"{median_ratio(analytical, measured):.3f}); with it divided out, "
+             f"MAPE {mape(predicted / ratio, measured):.1%}",
              f"models against configurations: Kendall tau {unbiased:.3f} with each model's mean log error divided out "
              f"(its configurations' errors alone), {own:.3f} with only that mean left (the models' own errors alone)"]
     errors = np.abs(predicted / measured - 1)
@@ -125,12 +94,13 @@ def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: n
               "family": [r.family for r in records]}
     for label, values in groups.items():
         values = np.array(values)
-        rows = [(v, int((values == v).sum()), float(errors[values == v].mean()), float(errors[values == v].sum() / errors.sum()))
-                for v in np.unique(values)]
+        rows = [(v, int((values == v).sum()), float(errors[values == v].mean()),
+                 float(errors[values == v].sum() / errors.sum())) for v in np.unique(values)]
         rows.sort(key=lambda r: -r[3])
         if label == "family":
             rows = rows[:WORST_FAMILIES]
-        parts.append(f"{label}: " + ", ".join(f"{v} {n} rec. {e:.1%} MAPE ({share:.0%} of the error)" for v, n, e, share in rows))
+        parts.append(f"{label}: " + ", ".join(f"{v} {n} rec. {e:.1%} MAPE ({share:.0%} of the error)"
+                                              for v, n, e, share in rows))
     return parts
 
 
@@ -146,24 +116,19 @@ def _prediction_rows(ts: TrainingSet, split: Split, measured: np.ndarray,
         record = ts.records[i]
         row: dict[str, object] = {"split": split.name, **{key: getattr(record, key) for key in PREDICTION_KEYS},
                                   "measured_ms": f"{measured[k]:.6g}"}
-        row.update({f"{name.split(' ')[0].lower().replace('-', '_')}_ms": f"{p[k]:.6g}" for name, p in predictions.items()})
+        row.update({f"{name.split(' ')[0].lower().replace('-', '_')}_ms": f"{p[k]:.6g}"
+                    for name, p in predictions.items()})
         rows.append(row)
     return rows
 
 
-def write_predictions(rows: list[dict[str, object]], path: Path) -> None:
-    """Prediction rows (one dict per record, the same keys in each) as a CSV."""
-    with path.open("w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def _fmt(m: dict[str, float]) -> str:
+def format_metrics(m: dict[str, float]) -> str:
+    """MAPE, Kendall tau and the share within 10 % as a table's cells."""
     return f"{m['mape']:.1%} | {m['tau']:.3f} | {m['within10']:.1%}"
 
 
-def _fmt_intervals(m: dict) -> str:
+def format_intervals(m: dict) -> str:
+    """The bootstrap intervals of MAPE and tau as one table cell."""
     (mape_low, mape_high), (tau_low, tau_high) = m["mape_interval"], m["tau_interval"]
     return f"{mape_low:.1%}-{mape_high:.1%}, {tau_low:.3f}-{tau_high:.3f}"
 
@@ -172,65 +137,53 @@ def _fmt_intervals(m: dict) -> str:
 UNAPPLIED = "PMGNS's correction, not applied"
 
 
-def _energy_memory_section(splits: dict[str, dict], ts: TrainingSet) -> list[str]:
-    """Energy and memory exist only in the harness's rows; a split whose test set has none is left out."""
-    lines = ["## Energy and memory", ""]
-    rows = [(name, target, result[target]) for name, result in splits.items()
-            for target in TARGETS[1:] if target in result]
-    if not rows:
-        return lines + ["No GPU measurement with energy or memory is in the data set yet: these tables wait "
-                        "for the harness's rows (`dippm-nas measure`).", ""]
-    devices = sorted({r.device for r, y in zip(ts.records, ts.targets) if not np.isnan(y[1:]).all()})
-    lines += [f"Measured by our harness (`data/measurements/`) on {', '.join(devices)}: energy per batch from "
-              "NVML's energy counter, memory as the CUDA context plus the allocator's peak reserved memory. "
-              "Same models, splits and training as the latency tables (one network predicts all three).", "",
-              "| split | target | model | MAPE | Kendall tau | within 10 % | bar |", "|---|---|---|---|---|---|---|"]
-    unapplied = sorted({target for _, target, metrics in rows if UNAPPLIED in metrics})
-    if unapplied:
-        lines[-2:-2] = [f"PMGNS predicts {' and '.join(unapplied)} as the analytical model does: the training "
-                        "configuration does not apply that head's learned correction (`TrainConfig.corrected_targets`, "
-                        "chosen on validation: it carries to families seen in training, not to unseen ones). The "
-                        f"row '{UNAPPLIED}' gives what it would have predicted.", ""]
-    for name, target, metrics in rows:
-        bar = TARGET_BARS.get((name, target))
-        for model, m in metrics.items():
-            verdict = ""
-            if bar is not None and model == "PMGNS (GraphSAGE)":
-                verdict = f"MAPE <= {bar:g}: {'met' if m['mape'] <= bar else 'NOT met'}"
-            lines.append(f"| {name} | {target} | {model} | {_fmt(m)} | {verdict} |")
-    plots = [f"[{name} {target.split('_')[0]}](accuracy/{_plot_name(name, target)})" for name, target, _ in rows]
-    return lines + ["", "Plots: " + ", ".join(plots), ""]
+@dataclass
+class SplitOutcome:
+    """One split's test set as the shipped configuration predicts it, beside the baselines."""
+
+    split: Split
+    fitted: Fitted
+    measured: np.ndarray  # latency (ms) of the test records
+    latency: dict[str, np.ndarray]  # each model's predicted latency, by the name the tables print
+    metrics: dict[str, dict]  # each model's latency metrics, with their bootstrap intervals
+    #: Energy and memory where the test records have them: (measured, predictions by model name).
+    other_targets: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]]
+    breakdown: list[str]  # where the PMGNS error comes from (:func:`_breakdown`)
+
+    @property
+    def bar_met(self) -> bool | None:
+        """Whether PMGNS meets the split's bar (:data:`BARS`); None where the split has none."""
+        bar = BARS.get(self.split.name)
+        if not bar:
+            return None
+        m = self.metrics["PMGNS (GraphSAGE)"]
+        return all(m[k] <= v if k == "mape" else m[k] >= v for k, v in bar.items())
 
 
-def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs: Path = DOCS,
-             comparison_splits: tuple[str, ...] = ("random", "family"), ship=None) -> dict[str, object]:
-    """``ship(fitted, split, test_metrics, held_out_family)`` receives the random split's GraphSAGE model,
+@dataclass
+class Evaluation:
+    """What ``dippm-nas evaluate`` measured: every split, the GNN comparison, every test prediction.
+    :func:`dippm_nas.training.accuracy_report.write_report` renders it."""
+
+    config: TrainConfig
+    comparison_epochs: int
+    outcomes: list[SplitOutcome]
+    comparison: dict[str, dict[str, dict[str, float]]]  # split -> convolution -> metrics
+    prediction_rows: list[dict[str, object]]
+    results: dict[str, object]  # the JSON summary (``docs/accuracy/results.json``)
+
+
+def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int,
+             comparison_splits: tuple[str, ...] = ("random", "family"), ship=None) -> Evaluation:
+    """Train and test on every split of :data:`SPLIT_NAMES` and run the paper's GNN comparison.
+
+    ``ship(fitted, split, test_metrics, held_out_family)`` receives the random split's GraphSAGE model,
     the very model ``dippm-nas train`` fits with the same seed and configuration (so one run can also
     ship it), once every split is done: its card then also says how the configuration fares on families
     it never saw."""
     results: dict[str, object] = {"config": asdict(config), "splits": {}, "comparison": {}}
-    breakdowns: dict[str, list[str]] = {}
+    outcomes: list[SplitOutcome] = []
     predictions: list[dict[str, object]] = []
-    lines = ["# Accuracy", "",
-             "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
-             "RTX 3090 / RTX 4090 benchmarks, imported as they are, plus any GPU rows measured by the harness). "
-             f"{len(ts.records)} records, {len(ts.graph_keys)} graphs, seed {config.seed}. Targets present: latency "
-             f"on {int(np.sum(~np.isnan(ts.targets[:, 0])))} records, energy on {int(np.sum(~np.isnan(ts.targets[:, 1])))}, "
-             f"memory on {int(np.sum(~np.isnan(ts.targets[:, 2])))}. Metrics on each split's test set: MAPE, Kendall "
-             "tau between predicted and measured, share within +-10 %. Early stopping and every choice of "
-             "hyper-parameters used the validation set only"
-             + (": early stopping on it chose the number of epochs, then the model was trained again on training "
-                "+ validation records for that many epochs (never on test)." if config.refit else ".")
-             + f" The model kept is a moving average of the weights (decay {config.ema_decay} per step).", ""]
-    if ts.missing:
-        lines += [f"{len(ts.missing)} graphs could not be featurized; their records are left out "
-                  "(`data/graphs/failures.csv` lists them with the reason).", ""]
-    lines += ["## Latency: PMGNS against the analytical model and a log-linear baseline", "",
-              "The intervals are 95 % percentile intervals when the test set's model families are drawn again "
-              f"with replacement ({BOOTSTRAP_SAMPLES} draws): how much a figure depends on which families happen to "
-              "be in the test set.", "",
-              "| split | test records | model | MAPE | Kendall tau | within 10 % | MAPE, tau: 95 % intervals | bar |",
-              "|---|---|---|---|---|---|---|---|"]
     for split in splits_for(ts, config.seed):
         fitted = fit_split(ts, split, config, label=f"sage/{split.name}")
         measured = ts.targets[split.test, 0]
@@ -244,23 +197,12 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
         for name, p in preds.items():
             for metric, fn in (("mape", mape), ("tau", kendall_tau)):
                 metrics[name][f"{metric}_interval"] = cluster_bootstrap(fn, p, measured, families)
-        bar = BARS.get(split.name, {})
-        ok = all(metrics["PMGNS (GraphSAGE)"][k] <= v if k == "mape" else metrics["PMGNS (GraphSAGE)"][k] >= v
-                 for k, v in bar.items())
-        bar_text = ", ".join(f"{k} {'<=' if k == 'mape' else '>='} {v:g}" for k, v in bar.items())
-        for name, m in metrics.items():
-            verdict = ("met" if ok else "NOT met") if name.startswith("PMGNS") and bar else ""
-            lines.append(f"| {split.name} | {len(split.test)} | {name} | {_fmt(m)} | {_fmt_intervals(m)} | "
-                         f"{bar_text + ': ' + verdict if verdict else ''} |")
-        if split.name == "random":
-            shipped = (fitted, split, metrics["PMGNS (GraphSAGE)"])
         results["splits"][split.name] = {"description": split.description, "metrics": metrics,
                                          "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
                                          "val_mape": fitted.best_val_mape, "n_train": len(split.train),
                                          "n_val": len(split.val), "n_test": len(split.test)}
         predictions += _prediction_rows(ts, split, measured, preds)
-        breakdowns[split.name] = _breakdown(ts, split, pmgns[:, 0], measured, preds["analytical"])
-        _plot(measured, preds, f"{UNITS['latency_ms']}, {split.name} split, test", docs / "accuracy" / _plot_name(split.name))
+        other: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
         for t, target in enumerate(TARGETS[1:], start=1):
             have = ~np.isnan(ts.targets[split.test, t])
             if have.any():
@@ -269,37 +211,20 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int, docs:
                 if target not in config.corrected_targets:
                     both[UNAPPLIED] = every[have, t]
                 results["splits"][split.name][target] = {name: summary(p, truth) for name, p in both.items()}
-                _plot(truth, both, f"{UNITS[target]}, {split.name} split, test",
-                      docs / "accuracy" / _plot_name(split.name, target))
-        print(f"{split.name}: " + "; ".join(f"{n} {_fmt(m)} ({_fmt_intervals(m)})" for n, m in metrics.items()),
+                other[target] = (truth, both)
+        outcomes.append(SplitOutcome(split, fitted, measured, preds, metrics, other,
+                                     _breakdown(ts, split, pmgns[:, 0], measured, preds["analytical"])))
+        print(f"{split.name}: "
+              + "; ".join(f"{n} {format_metrics(m)} ({format_intervals(m)})" for n, m in metrics.items()),
               file=sys.stderr)
     if ship is not None:
-        ship(*shipped, held_out_family=results["splits"]["family"]["metrics"]["PMGNS (GraphSAGE)"])
-    lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/{_plot_name(s)})" for s in results["splits"]), ""]
-    lines += _energy_memory_section(results["splits"], ts)
-    lines += ["## Where the PMGNS error is", "",
-              "Per split: PMGNS's bias (the median of predicted over measured) and its MAPE without it; Kendall tau "
-              "when each model's (graph's) mean error is taken out of its predictions and when it is all that is "
-              "left, which says whether the ranking is lost between models or between the configurations of one; "
-              "test MAPE per memory layout, PyTorch version and (the worst) families, and each group's share of "
-              "the split's total error. Every test prediction is in [predictions.csv](accuracy/predictions.csv). "
-              "Read only after the model was fixed: nothing here chose anything.", ""]
-    for name, parts in breakdowns.items():
-        lines += [f"- **{name}**"] + [f"  - {part}" for part in parts]
-    lines.append("")
-    lines += ["## The paper's comparison: graph convolutions against an MLP on static features only", "",
-              f"Same splits, same features, same schedule: at most {comparison_epochs} epochs each, early stopping on "
-              "validation, no refit, one network each (the early-stopped models themselves, to keep the comparison's cost).", "", "| split | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|"]
+        random = next(o for o in outcomes if o.split.name == "random")
+        ship(random.fitted, random.split, random.metrics["PMGNS (GraphSAGE)"],
+             held_out_family=results["splits"]["family"]["metrics"]["PMGNS (GraphSAGE)"])
     for split in [s for s in splits_for(ts, config.seed) if s.name in comparison_splits]:
         for conv in COMPARISON:
             cfg = TrainConfig(**{**asdict(config), "conv": conv, "epochs": comparison_epochs, "refit": False})
             fitted = fit(ts, split.train, split.val, cfg, label=f"{conv}/{split.name}")
             m = summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0])
             results["comparison"].setdefault(split.name, {})[conv] = m
-            lines.append(f"| {split.name} | {conv if conv != 'mlp' else 'MLP (static features only)'} | {_fmt(m)} |")
-    docs.mkdir(parents=True, exist_ok=True)
-    (docs / "accuracy.md").write_text("\n".join(lines) + "\n")
-    (docs / "accuracy" / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    write_predictions(predictions, docs / "accuracy" / "predictions.csv")
-    return results
-
+    return Evaluation(config, comparison_epochs, outcomes, results["comparison"], predictions, results)

@@ -23,11 +23,12 @@ from tqdm import tqdm
 from dippm_nas.cache import STORE_GRAPH, GraphCache
 from dippm_nas.errors import one_line
 from dippm_nas.graph.serialize import graph_to_bytes
-
-DEFAULT_STORE = Path(__file__).resolve().parents[2] / "data" / "graphs" / "graphs.sqlite"
+from dippm_nas.training.paths import project
 
 
 def store_key(graph_key: str) -> str:
+    """The graph cache's key of a data-set graph (``source:model@size``): the ``graph`` kind keeps data-set
+    graphs apart from the cache's other entries."""
     return f"graph:{graph_key}"
 
 
@@ -48,26 +49,30 @@ def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
 
 
 def read_failures(path: Path) -> dict[str, str]:
+    """The reason each graph in ``failures.csv`` at ``path`` failed, by graph key; empty if there is no file."""
     if not path.exists():
         return {}
     with path.open(newline="") as fh:
         return {row["graph_key"]: row["reason"] for row in csv.DictReader(fh)}
 
 
-def forget(pattern: str, store: Path = DEFAULT_STORE) -> list[str]:
-    """Drop the stored graphs whose key (``source:model@size``) matches the glob ``pattern``."""
-    conn = GraphCache(store)._connection()
+def forget(pattern: str, store: Path | None = None) -> list[str]:
+    """Drop the stored graphs whose key (``source:model@size``) matches the glob ``pattern``; ``store``
+    defaults to the project's graph store."""
+    conn = GraphCache(store or project().graph_store)._connection()
     keys = sorted(row[0].removeprefix(store_key("")) for row in conn.execute("SELECT key FROM graphs"))
     dropped = [k for k in keys if fnmatch.fnmatchcase(k, pattern)]
     conn.executemany("DELETE FROM graphs WHERE key = ?", [(store_key(k),) for k in dropped])
     return dropped
 
 
-def featurize(graph_keys: Iterable[str], store: Path = DEFAULT_STORE, jobs: int = 1,
+def featurize(graph_keys: Iterable[str], store: Path | None = None, jobs: int = 1,
               retry_failed: bool = False) -> dict[str, str]:
-    """Featurize what the store lacks; returns every failure (old and new) with its reason."""
+    """Featurize what the store (the project's, by default) lacks; returns every failure (old and new)
+    with its reason."""
     from dippm_nas.graph.serialize import FORMAT
 
+    store = store or project().graph_store
     cache = GraphCache(store)
     failures_path = store.with_name("failures.csv")
     failures = {} if retry_failed else read_failures(failures_path)

@@ -13,8 +13,11 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "data"
+from dippm_nas.training.paths import project
+
+#: The commit of timm's repository whose ``results/`` the benchmark CSVs were copied from; records cite it.
 TIMM_COMMIT = "90cae8c5ab83d2d7e23b1fb2bab1559bfdcbc7e9"
+#: How timm measured its benchmarks, as its records state it.
 TIMM_PROTOCOL = ("timm benchmark.py inference: AMP (fp16 autocast), random weights, infer_step_time = "
                  "milliseconds per batch of infer_batch_size")
 
@@ -48,11 +51,18 @@ class Record:
 
     @property
     def graph_key(self) -> str:
+        """This record's graph in the graph store (:func:`graph_key`); records that differ only in batch,
+        precision, layout, device or runtime share it."""
         return graph_key(self.source, self.model, self.image_size)
 
 
 def graph_key(source: str, model: str, image_size: int) -> str:
-    """Graphs are featurized once per (model, input size), at batch 1."""
+    """The graph store's key of a model at an input size: graphs are featurized once per (model, input
+    size), at batch 1.
+
+    >>> graph_key("timm", "resnet50", 224)
+    'timm:resnet50@224'
+    """
     return f"{source}:{model}@{image_size}"
 
 
@@ -63,7 +73,8 @@ def _float(value: str | None) -> float | None:
         return None
 
 
-_TIMM_FILE = re.compile(r"benchmark-infer-amp-(?P<layout>nchw|nhwc)-pt(?P<torch>\d+)-cu(?P<cuda>\d+)-(?:rtx)?(?P<gpu>\d+)\.csv")
+_TIMM_FILE = re.compile(r"benchmark-infer-amp-(?P<layout>nchw|nhwc)-pt(?P<torch>\d+)-cu(?P<cuda>\d+)"
+                        r"-(?:rtx)?(?P<gpu>\d+)\.csv")
 
 
 #: Version tags in timm's file names, as its results README spells them out.
@@ -74,11 +85,12 @@ def _version(digits: str) -> str:
     return _VERSIONS.get(digits, digits)
 
 
-def timm_records(folder: Path = DATA / "timm") -> list[Record]:
+def timm_records(folder: Path | None = None) -> list[Record]:
+    """timm's published benchmarks in ``folder`` (the project's ``data/timm``), one record per row."""
     from dippm_nas.measure.manifest import timm_family_of
 
     records = []
-    for path in sorted(folder.glob("benchmark-*.csv")):
+    for path in sorted((folder or project().timm_benchmarks).glob("benchmark-*.csv")):
         m = _TIMM_FILE.fullmatch(path.name)
         if m is None:
             raise ValueError(f"unrecognised timm benchmark file name {path.name}")
@@ -95,9 +107,10 @@ def timm_records(folder: Path = DATA / "timm") -> list[Record]:
     return records
 
 
-def harness_records(folder: Path = DATA / "measurements") -> list[Record]:
+def harness_records(folder: Path | None = None) -> list[Record]:
+    """The harness's rows in ``folder`` (the project's ``data/measurements``) that measured a GPU."""
     records = []
-    for path in sorted(folder.glob("*.csv")):
+    for path in sorted((folder or project().measurements).glob("*.csv")):
         with path.open(newline="") as fh:
             for row in csv.DictReader(fh):
                 if row.get("status") != "ok" or row.get("device_kind") != "cuda":
@@ -116,7 +129,11 @@ def harness_records(folder: Path = DATA / "measurements") -> list[Record]:
 
 @dataclass(frozen=True)
 class ProfiledRun:
-    """One configuration of a kernel profile (``dippm-nas measure --kernels``), named as a record is."""
+    """One configuration of a kernel profile (``dippm-nas measure --kernels``), named as a record is.
+
+    >>> ProfiledRun("resnet50", "timm", "3x224x224", 8, "fp16", "nchw", "h100-sxm", "2.4.0").graph_key
+    'timm:resnet50@224'
+    """
 
     model: str
     source: str
@@ -129,10 +146,12 @@ class ProfiledRun:
 
     @property
     def image_size(self) -> int:
+        """The input's last dimension, the size a record names its graph by."""
         return int(self.input_shape.split("x")[-1])
 
     @property
     def graph_key(self) -> str:
+        """The graph store's key of this configuration's graph, the same as its records'."""
         return graph_key(self.source, self.model, self.image_size)
 
 
@@ -153,11 +172,14 @@ def operator_times(path: Path) -> dict[ProfiledRun, dict[str, float]]:
 
 
 def load_records() -> list[Record]:
-    return [r for r in timm_records() + harness_records() if r.latency_ms is not None and not r.model.startswith("test_")]
+    """Every record of the current project with a latency; the harness's ``test_`` models are left out."""
+    return [r for r in timm_records() + harness_records()
+            if r.latency_ms is not None and not r.model.startswith("test_")]
 
 
-def write_records(records: list[Record], path: Path = DATA / "records.csv") -> None:
-    with path.open("w", newline="") as fh:
+def write_records(records: list[Record], path: Path | None = None) -> None:
+    """``records`` as a CSV at ``path`` (the project's ``data/records.csv``)."""
+    with (path or project().records).open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=[f.name for f in fields(Record)])
         writer.writeheader()
         for r in records:

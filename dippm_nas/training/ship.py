@@ -30,7 +30,8 @@ def save(fitted: Fitted, ts: TrainingSet, trained_on: np.ndarray, path: Path, ex
     card = {
         "config": vars(fitted.config), "static_features": ts.static_names,
         "static_scaling": fitted.static_scaling.to_json(), "node_scaling": fitted.node_scaling.to_json(),
-        "node_dim": int(ts.x[0].shape[1]), "members": len(fitted.models), "devices": sorted({r.device for r in records}),
+        "node_dim": int(ts.x[0].shape[1]), "members": len(fitted.models),
+        "devices": sorted({r.device for r in records}),
         "precisions": sorted({r.precision for r in records}), "families": sorted({r.family for r in records}),
         "target_devices": {t: d for t, d in target_devices.items() if d},
         "torch_versions": {d: max((r.torch for r in records if r.device == d), key=version_numbers)

@@ -9,6 +9,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Split:
+    """Three disjoint sets of records, as indices into the records the split was drawn over;
+    ``description`` is the line the accuracy report and the model card print."""
+
     name: str
     description: str
     train: np.ndarray
@@ -17,13 +20,28 @@ class Split:
 
 
 def random_split(n: int, seed: int = 0, fractions: tuple[float, float] = (0.70, 0.15)) -> Split:
+    """Records 0 to n - 1 shuffled by ``seed``: the first ``fractions[0]`` train, the next
+    ``fractions[1]`` validate, the rest test.
+
+    >>> split = random_split(20)
+    >>> len(split.train), len(split.val), len(split.test)
+    (14, 3, 3)
+    """
     order = np.random.default_rng(seed).permutation(n)
     a, b = int(fractions[0] * n), int((fractions[0] + fractions[1]) * n)
     return Split("random", "random 70/15/15 over records (DIPPM's protocol)", order[:a], order[a:b], order[b:])
 
 
 def family_split(families: np.ndarray, seed: int = 0, test_share: float = 0.20, val_share: float = 0.15) -> Split:
-    """Whole families (timm modules) held out: 20 % of families for test, 15 % for validation."""
+    """Whole families (timm modules) held out: 20 % of families for test, 15 % for validation.
+
+    >>> families = np.array(["vit", "vit", "resnet", "resnet", "convnext", "regnet", "deit", "swin"])
+    >>> split = family_split(families)
+    >>> split.description
+    '1 of 6 families held out for test, 1 for validation'
+    >>> set(families[split.test]) & set(families[split.train])
+    set()
+    """
     names = np.array(sorted(set(families)))
     order = np.random.default_rng(seed).permutation(len(names))
     n_test, n_val = round(test_share * len(names)), round(val_share * len(names))

@@ -25,30 +25,37 @@ from dippm_nas.training.splits import Split
 
 @dataclass
 class TrainConfig:
+    """Every setting of a fit; the defaults train the shipped model. A model's card stores these fields
+    as JSON, so each is a plain value; an invalid ``corrected_targets`` or ``members`` raises ValueError.
+
+    >>> TrainConfig(members=3).corrected_targets
+    ('latency_ms', 'energy_j')
+    >>> TrainConfig(corrected_targets=["energy_j"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: corrected_targets must name 'latency_ms' and only targets among (...); got ('energy_j',)
+    """
+
     conv: str = "sage"
     epochs: int = 60
     patience: int = 10
     batch_size: int = 32  # graphs per step; every record of those graphs joins the step
     lr: float = 2e-3
     weight_decay: float = 1e-4
-    #: Width of the graph convolutions. Wider ones generalise better to unseen families (family
-    #: split, validation, one thread; seeds 0, 1, 2): 96 gave 7.03 / 7.69 / 6.92 % MAPE, tau 0.948 /
-    #: 0.943 / 0.949, 128 gave 7.11 / 7.25 / 6.94 %, 0.946 / 0.946 / 0.949, against 7.48 / 7.73 /
-    #: 7.52 %, 0.944 / 0.943 / 0.945 at 64. A prediction's convolutions cost about width squared: with
-    #: untrained networks in benchmarks/pmgns_speed.py's timing, PMGNS took about 0.2 ms more per
-    #: graph at 96 than at 64 and 0.35-0.7 ms more at 128, too close to the 5 ms bar.
+    #: Width of the graph convolutions. Chosen on the family split's validation set: wider convolutions
+    #: generalise better to unseen families, but a prediction's convolutions cost about the width
+    #: squared, and this width keeps PMGNS well inside the 5 ms prediction-time bar
+    #: (``benchmarks/pmgns_speed.py`` times it).
     hidden: int = 96
     warmup_epochs: int = 5
     #: The model validated and kept is an exponential moving average of the weights, updated after
-    #: every step (half-life about 34 steps, about one epoch of the family split). Unseen families'
-    #: errors swung by 3 to 9 points from one epoch to the next with the raw weights, so early
-    #: stopping chose an epoch by chance (3 epochs for some seeds, inside the warm-up); the average
-    #: moves smoothly, with the same best validation error.
+    #: every step (half-life about 34 steps, about one epoch of the family split). With the raw weights
+    #: unseen families' errors swing from one epoch to the next, so early stopping would choose an epoch
+    #: by chance; the average moves smoothly and validates as well as the best raw epoch.
     ema_decay: float = 0.98
     #: Huber loss on the log-ratio: errors beyond about 5 % count linearly, so the fit follows the
     #: typical record (as MAPE and Kendall tau do) rather than the few a family gets far wrong. Chosen
-    #: on the family split's validation set (moving average, one thread, seeds 0 and 1): 7.48 % / 7.73 %
-    #: MAPE, tau 0.944 / 0.943, against 8.14 % / 8.55 %, 0.941 / 0.937 at 0.2.
+    #: on the family split's validation set.
     huber_delta: float = 0.05
     seed: int = 0
     #: After early stopping, train again on training + validation records (see :func:`fit_split`).
@@ -56,24 +63,18 @@ class TrainConfig:
     #: Train exactly this many epochs of the schedule, without validation (the refit's epoch count).
     stop_after: int | None = None
     #: Targets whose learned correction a prediction applies; the others are the analytical model's
-    #: estimate. Their heads still train, as auxiliary targets, so the shared layers learn as they did
-    #: when every other field was chosen. Memory's correction carries to families seen in training but
-    #: not to unseen ones, which is what a NAS candidate is: validation MAPE (598d2a9, one thread) on
-    #: the random split 4.16 % with it against the analytical model's 5.42 % (seed 0), on the family
-    #: split 6.47 / 5.94 % with it against 4.30 % (seeds 0 / 1).
+    #: estimate. Every head still trains, as an auxiliary target, because the other settings here were
+    #: chosen with every head training. Memory is left out: its learned correction helps on families
+    #: seen in training but not on unseen ones, which is what a NAS candidate is (validation set of the
+    #: family split).
     corrected_targets: tuple[str, ...] = ("latency_ms", "energy_j")
     #: Networks trained from different seeds (:func:`member_seed`); a prediction is the geometric mean of
-    #: theirs. On unseen families it errs a little less than one network, by about as much as one seed
-    #: differs from another: family split, validation, one thread, ``benchmarks/validation_study.py
-    #: --variant 'three={"members": 3}'`` (seeds 0 / 1, at f9a0639): 5.40 / 5.75 % MAPE, Kendall tau
-    #: 0.9595 / 0.9562, per-family MAPE 9.23 / 9.43 %, against one network's 5.59 / 5.69 %, 0.9588 /
-    #: 0.9571, 9.30 / 9.30 %; ad hoc, seeds 0, 1, 2 trained alone 5.96 / 5.88 / 5.80 % and 0.9553 /
-    #: 0.9548 / 0.9563, the geometric mean of their predictions 5.62 % and 0.9573. It does not carry to
-    #: another GPU, where the error is a bias the members share (trained on the RTX 3090, the H100's
-    #: latency: 25.49 / 25.61 / 26.13 % alone, 25.69 % together). The shipped model is one network:
-    #: each member adds its convolutions to every prediction (about 0.3 ms for resnet50's 175 operators
-    #: here) and the prediction-time bar is 5 ms. Early stopping runs once (the first member's) and every
-    #: member is refitted for the epochs it chose.
+    #: theirs. On unseen families an ensemble errs a little less than one network, by about as much as
+    #: one seed differs from another (compare with ``benchmarks/validation_study.py --variant
+    #: 'three={"members": 3}'``); on another GPU it does not help, as the error there is a bias the
+    #: members share. The shipped model is one network because each member adds its convolutions to
+    #: every prediction, against the 5 ms prediction-time bar. Early stopping runs once (the first
+    #: member's) and every member is refitted for the epochs it chose.
     members: int = 1
 
     def __post_init__(self) -> None:
@@ -88,6 +89,12 @@ class TrainConfig:
 
 @dataclass
 class Fitted:
+    """What a fit gives: the networks, the scalings of their inputs and what early stopping chose.
+
+    ``best_val_mape`` is a fraction (0.05 is 5 %) and ``best_epoch`` counts from 0; they are inf and -1
+    when nothing was validated (a run with ``stop_after``). ``epochs_run`` is how many epochs trained.
+    """
+
     #: The ensemble's networks: a prediction is the geometric mean of theirs (one member while fitting).
     models: tuple[PMGNS, ...]
     static_scaling: Scaling
@@ -99,6 +106,8 @@ class Fitted:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators and ask torch for deterministic kernels, so a fit
+    reproduces bit for bit; torch only warns where an operation has no deterministic kernel."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -168,6 +177,9 @@ def applied_corrections(fitted: Fitted, ts: TrainingSet, idx: np.ndarray, every:
 
 def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig = TrainConfig(),
         progress: bool = True, label: str = "") -> Fitted:
+    """One network trained on records ``train``, early-stopped on MAPE over ``val`` (or trained
+    ``config.stop_after`` epochs without validation); the model kept is the moving average of its
+    weights at the best epoch. ``progress`` shows a bar on stderr, named by ``label``."""
     seed_everything(config.seed)
     train_graphs = np.unique(ts.graph_of[train])
     static_scaling = Scaling.of(ts.static[train])
@@ -195,8 +207,8 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     for r in train:
         by_graph.setdefault(int(ts.graph_of[r]), []).append(int(r))
     best_state, stale = None, 0
-    bar = tqdm(range(config.stop_after or config.epochs), desc=f"training {label or config.conv}", unit="epoch", file=sys.stderr,
-               disable=not progress)
+    bar = tqdm(range(config.stop_after or config.epochs), desc=f"training {label or config.conv}", unit="epoch",
+               file=sys.stderr, disable=not progress)
     for epoch in bar:
         model.train()
         order = rng.permutation(train_graphs)
@@ -240,7 +252,12 @@ def _update_average(average: nn.Module, model: nn.Module, decay: float) -> None:
 
 
 def final_training_records(split: Split, config: TrainConfig) -> np.ndarray:
-    """The records the final model learns from: training, and validation too when it is refitted."""
+    """The records the final model learns from: training, and validation too when it is refitted.
+
+    >>> split = Split("toy", "", train=np.array([0, 1]), val=np.array([2]), test=np.array([3]))
+    >>> final_training_records(split, TrainConfig()), final_training_records(split, TrainConfig(refit=False))
+    (array([0, 1, 2]), array([0, 1]))
+    """
     return np.concatenate([split.train, split.val]) if config.refit else split.train
 
 
@@ -250,6 +267,11 @@ MEMBER_SEED_STRIDE = 1000
 
 
 def member_seed(seed: int, member: int) -> int:
+    """The seed that member ``member`` (from 0) of the ensemble of seed ``seed`` trains with.
+
+    >>> member_seed(7, 0), member_seed(7, 2)
+    (7, 2007)
+    """
     return seed + member * MEMBER_SEED_STRIDE
 
 
@@ -266,7 +288,8 @@ def fit_split(ts: TrainingSet, split: Split, config: TrainConfig = TrainConfig()
     if config.refit:
         epochs = chosen.best_epoch + 1
         members = [fit(ts, final_training_records(split, config), split.val[:0],
-                       replace(config, seed=member_seed(config.seed, k), stop_after=epochs), progress, f"{name} refit {k}")
+                       replace(config, seed=member_seed(config.seed, k), stop_after=epochs), progress,
+                       f"{name} refit {k}")
                    for k in range(config.members)]
     else:
         members = [chosen] + [fit(ts, split.train, split.val, replace(config, seed=member_seed(config.seed, k)),

@@ -17,7 +17,7 @@ def test_small_requests_share_two_mib_segments():
     assert {b.size for b in blocks} == {1024}
 
 
-def test_mid_sized_requests_split_a_twenty_mib_segment():
+def test_mid_sized_requests_split_a_20_mib_segment():
     a = CachingAllocator()
     for _ in range(4):
         a.malloc(5 * MIB)
@@ -97,8 +97,8 @@ def test_memory_is_context_plus_the_replayed_peak(batch):
     m = model.memory(table, "fp16")
     live = m.weights_mib + m.activations_mib + m.workspace_mib
     assert m.allocator_mib >= 0
-    replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes],
-                      table.alloc_bytes[:, 1], table.free_step, *model.transient_bytes(table, "fp16")).peak_reserved / MIB
+    replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes], table.alloc_bytes[:, 1],
+                      table.free_step, *model.transient_bytes(table, "fp16")).peak_reserved / MIB
     assert live + m.allocator_mib == pytest.approx(max(replayed, live))
     # the workspace (32 MiB) and the two weights (16 MiB) in segments of their own, the biases and the
     # activations in one 2 MiB small segment, each layer's 8 MiB half copy in one 20 MiB segment

@@ -202,7 +202,8 @@ def test_paddle_vision_model_predicts_from_the_cli(tmp_path, capsys):
 def test_keras_input_of_unknown_shape_says_how_to_give_it(capsys):
     x = keras.Input((None, None, 3), name="image")
     model = keras.Model(x, layers.Conv2D(4, 3)(x))
-    with pytest.raises(ModelLoadError, match=r"input 'image' has unknown dimensions \(batch, \?, \?, 3\).*--input image="):
+    with pytest.raises(ModelLoadError,
+                       match=r"input 'image' has unknown dimensions \(batch, \?, \?, 3\).*--input image="):
         build_graph(model)
     assert build_graph(model, TensorSpec((32, 32, 3), name="image")).flops > 0
 

@@ -35,7 +35,8 @@ def test_bert_predicts_with_token_ids():
 
 
 def test_gpt2_predicts_with_token_ids():
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=FF, n_positions=64)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=FF,
+                                     n_positions=64)
     g = build_graph(config, [TensorSpec((S,), "int64", "input_ids")], batch=B)
     assert _matmul_flops(g) == _textbook(LAYERS)
     p = predict(config, [TensorSpec((S,), "int64", "input_ids")], batch=B, device="h100-sxm")

@@ -13,7 +13,8 @@ def test_scaled_graph_matches_exported(model):
     scaled = scale_batch(one, 8)
     assert scaled.flops == exported.flops and scaled.param_bytes == exported.param_bytes
     # sizes agree exactly; a layout such as (3, B, ...) becomes (3B, ...), which no cost depends on
-    assert [[t.numel for t in n.outputs] for n in scaled.nodes] == [[t.numel for t in n.outputs] for n in exported.nodes]
+    assert ([[t.numel for t in n.outputs] for n in scaled.nodes]
+            == [[t.numel for t in n.outputs] for n in exported.nodes])
     a, b = predict_graph(scaled), predict_graph(exported)
     # within a few parts per million: a parameter broadcast to the batch (ViT's class token) is a
     # folded weight of batch-1 shape in the scaled graph

@@ -54,7 +54,8 @@ def test_transformer_block_nodes_and_flops(transformer_block):
     assert g.param_count == 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * dff + dff) + (dff * d + d)
 
 
-@pytest.mark.parametrize("cin,cout,k,stride,groups,hw", [(3, 16, 3, 1, 1, 32), (16, 32, 5, 2, 1, 17), (32, 32, 3, 1, 32, 14)])
+@pytest.mark.parametrize("cin,cout,k,stride,groups,hw",
+                         [(3, 16, 3, 1, 1, 32), (16, 32, 5, 2, 1, 17), (32, 32, 3, 1, 32, 14)])
 def test_conv_flops_textbook(cin, cout, k, stride, groups, hw):
     with torch.device("meta"):
         m = nn.Conv2d(cin, cout, k, stride=stride, groups=groups, bias=False)

@@ -104,7 +104,8 @@ def test_mig_constraint_and_filter(cost, space):
                                      prune_infeasible=False))
     fitting = {t.number for t in heavy.trials if fits(slot, t.user_attrs["memory_mb"])}
     assert 0 < len(fitting) < len(heavy.trials)
-    assert {t.number for t in trials_fitting_mig(heavy, "1g.5gb")} == fitting == {t.number for t in heavy.trials if is_feasible(t)}
+    assert ({t.number for t in trials_fitting_mig(heavy, "1g.5gb")} == fitting
+            == {t.number for t in heavy.trials if is_feasible(t)})
     assert trials_fitting_mig(heavy, "1g.5gb", margin=10.0) == []  # an 11x margin fits nothing
 
 
@@ -159,7 +160,8 @@ def test_candidate_that_fails_to_export_is_pruned_not_crashed(cost):
     assert states.count(optuna.trial.TrialState.COMPLETE) == 2 and states.count(optuna.trial.TrialState.PRUNED) == 2
     for t in study.trials:
         if t.state == optuna.trial.TrialState.PRUNED:
-            assert "featurizing failed" in t.user_attrs["prune_reason"] and "could not trace" in t.user_attrs["prune_reason"]
+            reason = t.user_attrs["prune_reason"]
+            assert "featurizing failed" in reason and "could not trace" in reason
 
 
 def test_other_spaces_score(cost):

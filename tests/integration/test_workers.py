@@ -23,8 +23,8 @@ POSTGRES_URL = os.environ.get("DIPPM_TEST_POSTGRES", "postgresql://dippm:dippm@l
 
 def _run_workers(url: str, study: str, workers: int, trials: int, cache: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, str(HERE / "nas_worker.py"), url, study, str(trials), str(cache), str(i)],
-                              env=env, stderr=subprocess.PIPE, text=True) for i in range(workers)]
+    procs = [subprocess.Popen([sys.executable, str(HERE / "nas_worker.py"), url, study, str(trials), str(cache),
+                               str(i)], env=env, stderr=subprocess.PIPE, text=True) for i in range(workers)]
     for p in procs:
         _, err = p.communicate(timeout=1500)
         assert p.returncode == 0, err[-3000:]

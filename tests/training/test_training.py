@@ -19,7 +19,8 @@ from dippm_nas.training.metrics import (
     tau_by_error_part,
     within,
 )
-from dippm_nas.training.records import DATA, harness_records, timm_records
+from dippm_nas.training.paths import project
+from dippm_nas.training.records import harness_records, timm_records
 from dippm_nas.training.splits import device_split, family_split, random_split
 
 SMALL = ["resnet18", "resnet34", "mobilenetv3_small_100", "efficientnet_b0", "regnetx_002", "vit_tiny_patch16_224",
@@ -29,7 +30,7 @@ SMALL = ["resnet18", "resnet34", "mobilenetv3_small_100", "efficientnet_b0", "re
 
 def test_timm_benchmarks_imported_as_they_are():
     records = timm_records()
-    for path in sorted((DATA / "timm").glob("benchmark-*.csv")):
+    for path in sorted(project().timm_benchmarks.glob("benchmark-*.csv")):
         with path.open(newline="") as fh:
             rows = list(csv.DictReader(fh))
         mine = [r for r in records if r.origin.endswith(path.name)]
@@ -144,13 +145,15 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     harness = np.array([r.origin.startswith("data/measurements/") for r in ts.records])
     assert harness.any() and (~np.isnan(ts.targets[:, 1:]) == harness[:, None]).all()
     # each record weighs its own graph's operators, by the analytical time of its batch and device
-    assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4) for s, g in zip(ts.time_share, ts.graph_of))
+    assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4)
+               for s, g in zip(ts.time_share, ts.graph_of))
     # no correction of the GPU time gives the analytical latency, the curve never falls as the correction
     # grows, and read off at one of its points it is that point
     middle = len(LATENCY_CURVE_LOG_RATIOS) // 2
     assert np.exp(ts.latency_curve[:, middle]) == pytest.approx(ts.analytical[:, 0], rel=1e-9)
     assert (np.diff(ts.latency_curve, axis=1) >= 0).all()
-    at_grid = log_latency(torch.as_tensor(ts.latency_curve), torch.as_tensor(LATENCY_CURVE_LOG_RATIOS[[3] * len(ts.records)]))
+    at_grid = log_latency(torch.as_tensor(ts.latency_curve),
+                          torch.as_tensor(LATENCY_CURVE_LOG_RATIOS[[3] * len(ts.records)]))
     assert at_grid.numpy() == pytest.approx(ts.latency_curve[:, 3])
     split = random_split(len(ts.records), seed=0)
     config = TrainConfig(epochs=4, patience=10, batch_size=16)
@@ -174,7 +177,8 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.inputs import TensorSpec
 
-    i = next(i for i, r in enumerate(ts.records) if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_versions[r.device])
+    i = next(i for i, r in enumerate(ts.records)
+             if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_versions[r.device])
     r = ts.records[i]
     one = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
     single = learned.estimate(one, get_device(r.device), r.precision, r.layout).latency_ms
@@ -252,7 +256,8 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
     load.cache_clear()
     learned = PMGNSCostModel(tmp_path / "pmgns")
     assert len(learned.models) == 2 and learned.fused is not None
-    i = next(i for i, r in enumerate(ts.records) if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_versions[r.device])
+    i = next(i for i, r in enumerate(ts.records)
+             if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.torch_versions[r.device])
     r = ts.records[i]
     graph = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
     fused = learned.estimate(replace(graph), get_device(r.device), r.precision, r.layout).latency_ms
@@ -320,13 +325,16 @@ def test_fused_convolutions_give_the_plain_networks_prediction():
 
 
 def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training_set, tmp_path):
+    from dippm_nas.training.accuracy_report import write_report
     from dippm_nas.training.evaluate import UNAPPLIED, evaluate
     from dippm_nas.training.train import TrainConfig
 
     shipped = []
-    results = evaluate(small_training_set, TrainConfig(epochs=1, batch_size=16), comparison_epochs=1, docs=tmp_path,
-                       ship=lambda *args, **kwargs: shipped.append((args, kwargs)))
-    report = (tmp_path / "accuracy.md").read_text()
+    evaluation = evaluate(small_training_set, TrainConfig(epochs=1, batch_size=16), comparison_epochs=1,
+                          ship=lambda *args, **kwargs: shipped.append((args, kwargs)))
+    assert not list(tmp_path.iterdir())  # evaluating writes nothing: rendering is the report's job
+    results = evaluation.results
+    report = write_report(evaluation, small_training_set, tmp_path).read_text()
     for split in ("random", "family", "rtx3090->rtx4090", "rtx4090->rtx3090"):
         assert f"| {split} |" in report and f"- **{split}**" in report
         assert (tmp_path / "accuracy" / f"latency_{split.replace('->', '_to_')}.png").stat().st_size > 0
@@ -336,9 +344,11 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
     with (tmp_path / "accuracy" / "predictions.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == sum(split["n_test"] for split in results["splits"].values())
-    assert {"split", "model", "device", "batch", "measured_ms", "pmgns_ms", "analytical_ms", "log_linear_ms"} <= set(rows[0])
+    assert ({"split", "model", "device", "batch", "measured_ms", "pmgns_ms", "analytical_ms", "log_linear_ms"}
+            <= set(rows[0]))
     random_rows = [r for r in rows if r["split"] == "random"]
-    assert mape(np.array([float(r["pmgns_ms"]) for r in random_rows]), np.array([float(r["measured_ms"]) for r in random_rows])
+    assert mape(np.array([float(r["pmgns_ms"]) for r in random_rows]),
+                np.array([float(r["measured_ms"]) for r in random_rows])
                 ) == pytest.approx(results["splits"]["random"]["metrics"]["PMGNS (GraphSAGE)"]["mape"], rel=1e-4)
     for split in results["splits"].values():
         for m in split["metrics"].values():
@@ -356,7 +366,8 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
         assert f"| {name} | memory_mb | {UNAPPLIED} |" in report
         for target in ("energy_j", "memory_mb"):
             assert f"| {name} | {target} | PMGNS (GraphSAGE) |" in report
-            assert (tmp_path / "accuracy" / f"{target.split('_')[0]}_{name.replace('->', '_to_')}.png").stat().st_size > 0
+            png = tmp_path / "accuracy" / f"{target.split('_')[0]}_{name.replace('->', '_to_')}.png"
+            assert png.stat().st_size > 0
     # the random split's model is shipped once, with what the configuration does on unseen families
     [((_, split, test), kwargs)] = shipped
     assert split.name == "random" and test == results["splits"]["random"]["metrics"]["PMGNS (GraphSAGE)"]
@@ -369,7 +380,8 @@ def test_a_prediction_says_how_far_it_is_from_the_training_data():
     from dippm_nas.cost.learned import Card, coverage_notes
 
     card = Card(config={}, static_features=[], static_scaling=None, node_scaling=None,
-                devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}), target_devices={"latency_ms": ("rtx3090",)},
+                devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}),
+                target_devices={"latency_ms": ("rtx3090",)},
                 torch_versions={"rtx3090": "2.4.0"}, raw={}, batches=((4, 1), (256, 9), (1024, 90)),
                 seen_family_mape=0.039, unseen_family_mape=0.114)
     [seen] = coverage_notes(card, "resnet", 256)

@@ -1,0 +1,139 @@
+"""``dippm-nas predict``, ``mig`` and ``devices``: what a model costs on a GPU, and which GPUs there are."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dippm_nas.cli._common import format_table, inputs_of
+
+EPILOG = """\
+MODEL is a timm model name (resnet50), a path to an .onnx file, 'package.module:factory' (a
+callable returning a torch.nn.Module), or 'hf:<model_type>' (a Hugging Face transformers
+architecture from its default config, e.g. hf:bert, hf:gpt2; needs the [transformers] extra).
+It may also be a Keras .keras/.h5 file, a TensorFlow SavedModel directory or a .tflite file (the
+[tensorflow] extra; shapes channels last, e.g. --input-shape 224,224,3), or a Paddle inference
+model: its .json/.pdmodel program beside its .pdiparams, or their directory (the [paddle] extra).
+No weights are downloaded and nothing runs on a GPU.
+
+examples:
+  dippm-nas predict resnet50 --batch 8
+  dippm-nas predict vit_base_patch16_224 --device h100-sxm --precision fp16 --json
+  dippm-nas predict hf:bert --input input_ids=128:int64 --batch 4
+  dippm-nas predict mobilenet_v2.tflite --batch 4
+  dippm-nas mig convnext_tiny --batch 32 --device a100-80gb
+  dippm-nas devices
+"""
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
+    from dippm_nas.hardware.registry import LAYOUTS, PRECISIONS
+
+    parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
+                                      "'module:factory' or 'hf:<type>'")
+    parser.add_argument("--input-shape", metavar="SHAPE",
+                        help="one float input's shape without the batch, e.g. 3,224,224 (default: the model's own)")
+    parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", default=[],
+                        help="an input by name, repeatable for several inputs, e.g. input_ids=128:int64")
+    parser.add_argument("--batch", type=int, default=8, help="batch size (default: 8)")
+    parser.add_argument("--device", default="a100-40gb",
+                        help="GPU key from `dippm-nas devices`, or KEY:PROFILE for a MIG slice (default: a100-40gb)")
+    parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="default: fp32")
+    parser.add_argument("--layout", default="nchw", choices=list(LAYOUTS),
+                        help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
+                             "(channels_last) (default: nchw)")
+    parser.add_argument("--cost-model", default="auto", help="auto, analytical (default: auto)")
+    parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
+                        help=f"safety margin on memory when choosing a MIG slice (default: {DEFAULT_MIG_MARGIN})")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from dippm_nas._predict import checked_graph, predict_graph, slowest_operators
+
+    graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
+    p = predict_graph(graph, args.device, args.precision, cost_model=args.cost_model, mig_margin=args.mig_margin,
+                      layout=args.layout)
+    operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
+    if args.json:
+        out = p.to_dict()
+        if args.top:
+            out["top_operators"] = [vars(c) for c in operators]
+            out["top_operators_cost_model"] = timed_by
+        print(json.dumps(out, indent=2))
+        return 0
+    rows = [
+        ["model", p.model], ["device", p.device], ["precision", p.precision], ["layout", p.layout],
+        ["batch", str(p.batch)],
+        ["latency", f"{p.latency_ms:.3f} ms"], ["energy", f"{p.energy_j:.4f} J per batch"],
+        ["memory", f"{p.memory_mb:.0f} MiB"],
+        ["MIG profile", f"{p.mig_profile or 'none'} ({p.mig_reason})"],
+        ["GFLOPs", f"{p.gflops:.2f}"], ["parameters", f"{p.params_m:.2f} M"],
+        ["cost model", p.cost_model],
+    ]
+    print(format_table(rows, ["", "prediction"]))
+    if p.estimate and p.estimate.memory:
+        m = p.estimate.memory
+        learned = abs(m.total_mib - p.memory_mb) > 0.5  # PMGNS corrected the total, not its parts
+        label = f"analytical memory {m.total_mib:.0f} MiB (PMGNS corrects the total)" if learned else "memory"
+        print(f"\n{label} = context {m.context_mib:.0f} + weights {m.weights_mib:.0f} + activations "
+              f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} + allocator {m.allocator_mib:.0f} MiB")
+    if operators:
+        rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound]
+                for c in operators]
+        if timed_by != p.cost_model:
+            print(f"\nthe slowest operators as the {timed_by} model times them ({p.cost_model.split(' ')[0]} "
+                  "corrects the total, not each operator):", end="")
+        print("\n" + format_table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound"]))
+    for note in p.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from dippm_nas.hardware.registry import list_devices
+
+    devices = list_devices()
+    if args.json:
+        print(json.dumps([d.to_dict() for d in devices], indent=2))
+        return 0
+    rows = [[d.key, d.name, str(d.sm_count), f"{d.fp32_tflops:g}", f"{d.fp16_tflops or 0:g}",
+             f"{d.memory_gib:g}", f"{d.memory_bw_gbs:g}", f"{d.tdp_w:g}",
+             " ".join(p.name for p in d.mig_profiles) or "-", d.verified] for d in devices]
+    header = ["key", "name", "SMs", "FP32 TF", "FP16 TF", "GiB", "GB/s", "TDP W", "MIG profiles", "verified"]
+    print(format_table(rows, header))
+    print("\nA MIG slice is addressed as KEY:PROFILE, e.g. a100-40gb:1g.5gb. Caveats: dippm-nas devices --json.")
+    return 0
+
+
+def cmd_mig(args: argparse.Namespace) -> int:
+    from dippm_nas._predict import build_graph, mig_table, predict_graph
+
+    graph = build_graph(args.model, inputs_of(args), args.batch)
+    whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
+    rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
+    if args.json:
+        print(json.dumps({"prediction": whole.to_dict(), "profiles": [vars(r) for r in rows]}, indent=2))
+        return 0
+    print(f"{graph.name} at batch {graph.batch}, {args.precision}, on {whole.device}: "
+          f"{whole.memory_mb:.0f} MiB predicted, smallest fitting profile: {whole.mig_profile or 'none'}\n")
+    print(format_table([[r.profile, str(r.sm_count), f"{r.usable_mib:.0f}", "yes" if r.fits else "no",
+                   f"{r.latency_ms:.3f}", f"{r.energy_j:.4f}"] for r in rows],
+                 ["profile", "SMs", "usable MiB", "fits", "latency ms", "energy J"]))
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``predict``, ``devices`` and ``mig``."""
+    p = sub.add_parser("predict", help="latency, energy, memory and MIG slice of one model",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(p)
+    p.add_argument("--top", type=int, default=0, metavar="N", help="also list the N slowest operators")
+    p.set_defaults(func=cmd_predict)
+    d = sub.add_parser("devices", help="the GPUs known, their specs and MIG profiles")
+    d.add_argument("--json", action="store_true", help="machine-readable output, with caveats")
+    d.set_defaults(func=cmd_devices)
+    m = sub.add_parser("mig", help="every MIG profile of a device: does the model fit, how fast there")
+    add_model_args(m)
+    m.set_defaults(func=cmd_mig)

@@ -1,0 +1,167 @@
+"""``dippm-nas dataset``, ``train`` and ``evaluate``: the learned model's data, training and accuracy.
+
+They read and write a project directory (``--project``, default: the current directory), never the
+installed package's, except that ``train`` and ``evaluate --ship`` write the shipped weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from dippm_nas.errors import DippmError
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    """Import the project's measurements into its records; featurize their models when asked."""
+    from dippm_nas.training.featurize import featurize, forget
+    from dippm_nas.training.records import load_records, write_records
+
+    paths = _project(args)
+    records = load_records()
+    write_records(records)
+    keys = {r.graph_key for r in records}
+    print(f"{len(records)} records ({len({r.device for r in records})} devices) -> {paths.records}; "
+          f"{len(keys)} graphs")
+    store = paths.graph_store
+    if args.rebuild:
+        dropped = forget(args.rebuild, store)
+        print(f"dropped {len(dropped)} stored graphs matching {args.rebuild!r}: {', '.join(dropped) or '-'}")
+    if args.featurize or args.rebuild:
+        failures = featurize(keys, store, args.jobs, args.retry_failed)
+        print(f"{len(keys) - len(failures)} graphs in {store}; {len(failures)} failed "
+              f"(listed in {store.with_name('failures.csv')})")
+    return 0
+
+
+def _project(args: argparse.Namespace):
+    """The project directory the command works in (``--project``, else ``$DIPPM_NAS_PROJECT`` or the
+    current directory); one without a data set is an error that says what to do."""
+    from dippm_nas.training.paths import PROJECT_ENV, project
+
+    if args.project:
+        os.environ[PROJECT_ENV] = os.path.abspath(args.project)
+    paths = project()
+    if not (paths.timm_benchmarks.is_dir() or paths.measurements.is_dir()):
+        raise DippmError(f"{paths.root} has no data set (data/timm or data/measurements); run this in a dippm-nas "
+                         "checkout or pass --project DIR.")
+    return paths
+
+
+def _training_config(args: argparse.Namespace):
+    """The training settings the arguments ask for, checked before any data is loaded."""
+    from dippm_nas.training.train import TrainConfig
+
+    try:
+        return TrainConfig(epochs=args.epochs, seed=args.seed, patience=args.patience, refit=not args.no_refit,
+                           members=args.members)
+    except ValueError as error:  # a setting TrainConfig refuses: said before any data is loaded
+        raise DippmError(str(error)) from None
+
+
+def _training_set(args: argparse.Namespace):
+    """The project's records with their graphs and analytical estimates, ready to train on."""
+    from dippm_nas.training.dataset import build_training_set
+    from dippm_nas.training.records import load_records
+
+    _project(args)
+    return build_training_set(load_records())
+
+
+def _shipper(ts):
+    """Saves a fitted random-split model as the shipped weights, and says so."""
+    from dippm_nas.cost.learned import WEIGHTS
+    from dippm_nas.training.ship import save
+    from dippm_nas.training.train import final_training_records
+
+    def ship(fitted, split, test, held_out_family=None) -> None:
+        trained_on = final_training_records(split, fitted.config)
+        extra = {"split": split.description, "test_latency": test, "n_train": len(trained_on), "n_val": len(split.val),
+                 "n_test": len(split.test), "data": "data/records.csv (timm benchmarks as published, harness rows)"}
+        if held_out_family is not None:  # the same configuration on the family split's test set
+            extra["held_out_family_latency"] = held_out_family
+        save(fitted, ts, trained_on, WEIGHTS / "pmgns", extra)
+        parameters = sum(p.numel() for model in fitted.models for p in model.parameters())
+        print(f"PMGNS (GraphSAGE, {len(fitted.models)} members) trained on {len(trained_on)} records, "
+              f"{fitted.epochs_run} "
+              f"epochs (chosen by early stopping on validation); test "
+              f"latency MAPE {test['mape']:.2%}, Kendall tau {test['tau']:.3f}, within 10 % {test['within10']:.1%}; "
+              f"weights {WEIGHTS / 'pmgns.safetensors'} ({parameters:,} parameters), card {WEIGHTS / 'pmgns.json'}")
+
+    return ship
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Fit PMGNS on the random split and ship it."""
+    from dippm_nas.training.metrics import summary
+    from dippm_nas.training.splits import random_split
+    from dippm_nas.training.train import fit_split, predict_targets
+
+    config = _training_config(args)
+    ts = _training_set(args)
+    split = random_split(len(ts.records), args.seed)
+    fitted = fit_split(ts, split, config, label="sage/random")
+    _shipper(ts)(fitted, split, summary(predict_targets(fitted, ts, split.test)[:, 0], ts.targets[split.test, 0]))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Every split and baseline, rendered into the project's ``docs/accuracy.md``."""
+    from dippm_nas.training.accuracy_report import write_report
+    from dippm_nas.training.evaluate import evaluate
+    from dippm_nas.training.paths import project
+
+    config = _training_config(args)
+    ts = _training_set(args)
+    evaluation = evaluate(ts, config, args.comparison_epochs, ship=_shipper(ts) if args.ship else None)
+    report = write_report(evaluation, ts, project().docs)
+    for name, r in evaluation.results["splits"].items():
+        m = r["metrics"]
+        print(f"{name:18s} " + "  ".join(f"{k}: MAPE {v['mape']:.1%} tau {v['tau']:.3f} within10 {v['within10']:.1%}"
+                                        for k, v in m.items()))
+    print(f"report: {report}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``dataset``, ``train`` and ``evaluate``."""
+    ds = sub.add_parser("dataset", help="import the measurements into data/records.csv and featurize their models")
+    ds.add_argument("--project", metavar="DIR", help="the project directory (default: the current one)")
+    ds.add_argument("--featurize", action="store_true", help="build the graph of every model (resumable, cached)")
+    ds.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
+    ds.add_argument("--retry-failed", action="store_true", help="try again the models that failed before")
+    ds.add_argument("--rebuild", metavar="PATTERN",
+                    help="featurize again the stored graphs whose key matches this glob, e.g. 'timm:sequencer*' "
+                         "after a change to how their operators are read")
+    ds.set_defaults(func=cmd_dataset)
+    training = (
+        ("train", "train PMGNS on the data set and ship its weights",
+         "Fits PMGNS (GraphSAGE) on the random 70/15/15 split of data/records.csv as `evaluate` does: early "
+         "stopping on validation MAPE with a moving average of the weights, then a refit on training + "
+         "validation. Writes dippm_nas/cost/weights/pmgns.safetensors and its model card (JSON). Needs "
+         "`dippm-nas dataset --featurize` first; about 20 minutes on two cores.", cmd_train),
+        ("evaluate", "every split and baseline; writes docs/accuracy.md",
+         "Trains PMGNS on every split (random, families held out, RTX 3090 -> 4090 and back), scores it "
+         "against the analytical model, a log-linear regression and the paper's GNN variants on the test "
+         "records only, and writes docs/accuracy.md, docs/accuracy/results.json and the plots. About 75 "
+         "minutes on two cores with nothing else running.", cmd_evaluate),
+    )
+    for name, helptext, description, func in training:
+        t = sub.add_parser(name, help=helptext, description=description)
+        t.add_argument("--project", metavar="DIR", help="the project directory (default: the current one)")
+        t.add_argument("--epochs", type=int, default=60)
+        t.add_argument("--patience", type=int, default=10, help="early stopping on validation MAPE")
+        t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--members", type=int, default=1,
+                       help="networks trained from different seeds, predicting together (their geometric mean): "
+                            "on validation three gained about one seed's difference over one, and each adds its "
+                            "convolutions to every prediction")
+        t.add_argument("--no-refit", action="store_true",
+                       help="keep the early-stopped model instead of training again on training + validation "
+                            "records for the epochs early stopping chose")
+        if name == "evaluate":
+            t.add_argument("--comparison-epochs", type=int, default=10,
+                           help="epochs for the GNN comparison (the paper compared at 10)")
+            t.add_argument("--ship", action="store_true",
+                           help="also ship the random split's model, exactly what `train` would write")
+        t.set_defaults(func=func)

@@ -1,0 +1,177 @@
+"""Render an :class:`~dippm_nas.training.evaluate.Evaluation`: ``docs/accuracy.md``, predicted-against-
+measured plots, ``results.json`` and every test prediction as a CSV. Nothing here trains or chooses."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.training.dataset import TrainingSet
+from dippm_nas.training.evaluate import (
+    BARS,
+    TARGET_BARS,
+    UNAPPLIED,
+    Evaluation,
+    SplitOutcome,
+    format_intervals,
+    format_metrics,
+)
+from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES
+
+UNITS = {"latency_ms": "latency (ms)", "energy_j": "energy per batch (J)", "memory_mb": "GPU memory (MiB)"}
+
+
+def _plot(measured: np.ndarray, predictions: dict[str, np.ndarray], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    lo, hi = float(np.min(measured)), float(np.max(measured))
+    for (name, pred), marker in zip(predictions.items(), ("o", "x", "+")):
+        ax.scatter(measured, pred, s=6, alpha=0.5, marker=marker, label=name)
+        lo, hi = min(lo, float(np.min(pred))), max(hi, float(np.max(pred)))
+    ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured")
+    ax.set_ylabel("predicted")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_name(split: str, target: str = "latency_ms") -> str:
+    return f"{target.split('_')[0]}_{split.replace('->', '_to_')}.png"
+
+
+def write_predictions(rows: list[dict[str, object]], path: Path) -> None:
+    """Prediction rows (one dict per record, the same keys in each) as a CSV."""
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _energy_memory_section(splits: dict[str, dict], ts: TrainingSet) -> list[str]:
+    """Energy and memory exist only in the harness's rows; a split whose test set has none is left out."""
+    lines = ["## Energy and memory", ""]
+    rows = [(name, target, result[target]) for name, result in splits.items()
+            for target in TARGETS[1:] if target in result]
+    if not rows:
+        return lines + ["No GPU measurement with energy or memory is in the data set yet: these tables wait "
+                        "for the harness's rows (`dippm-nas measure`).", ""]
+    devices = sorted({r.device for r, y in zip(ts.records, ts.targets) if not np.isnan(y[1:]).all()})
+    lines += [f"Measured by our harness (`data/measurements/`) on {', '.join(devices)}: energy per batch from "
+              "NVML's energy counter, memory as the CUDA context plus the allocator's peak reserved memory. "
+              "Same models, splits and training as the latency tables (one network predicts all three).", "",
+              "| split | target | model | MAPE | Kendall tau | within 10 % | bar |", "|---|---|---|---|---|---|---|"]
+    unapplied = sorted({target for _, target, metrics in rows if UNAPPLIED in metrics})
+    if unapplied:
+        lines[-2:-2] = [f"PMGNS predicts {' and '.join(unapplied)} as the analytical model does: the training "
+                        "configuration does not apply that head's learned correction (`TrainConfig.corrected_targets`, "
+                        "chosen on validation: it carries to families seen in training, not to unseen ones). The "
+                        f"row '{UNAPPLIED}' gives what it would have predicted.", ""]
+    for name, target, metrics in rows:
+        bar = TARGET_BARS.get((name, target))
+        for model, m in metrics.items():
+            verdict = ""
+            if bar is not None and model == "PMGNS (GraphSAGE)":
+                verdict = f"MAPE <= {bar:g}: {'met' if m['mape'] <= bar else 'NOT met'}"
+            lines.append(f"| {name} | {target} | {model} | {format_metrics(m)} | {verdict} |")
+    plots = [f"[{name} {target.split('_')[0]}](accuracy/{_plot_name(name, target)})" for name, target, _ in rows]
+    return lines + ["", "Plots: " + ", ".join(plots), ""]
+
+
+def write_report(evaluation: Evaluation, ts: TrainingSet, docs: Path) -> Path:
+    """Write ``accuracy.md`` and ``accuracy/`` (plots, ``results.json``, ``predictions.csv``) under
+    ``docs``; returns the Markdown file's path."""
+    outcomes = evaluation.outcomes
+    for outcome in outcomes:
+        name = outcome.split.name
+        _plot(outcome.measured, outcome.latency, f"{UNITS['latency_ms']}, {name} split, test",
+              docs / "accuracy" / _plot_name(name))
+        for target, (truth, both) in outcome.other_targets.items():
+            _plot(truth, both, f"{UNITS[target]}, {name} split, test", docs / "accuracy" / _plot_name(name, target))
+    lines = _header(evaluation, ts) + _latency_table(outcomes)
+    splits = evaluation.results["splits"]
+    lines += ["", "Plots: " + ", ".join(f"[{s}](accuracy/{_plot_name(s)})" for s in splits), ""]
+    lines += _energy_memory_section(splits, ts)
+    lines += _breakdown_section(outcomes)
+    lines += _comparison_section(evaluation)
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / "accuracy.md").write_text("\n".join(lines) + "\n")
+    (docs / "accuracy" / "results.json").write_text(json.dumps(evaluation.results, indent=1, default=float))
+    write_predictions(evaluation.prediction_rows, docs / "accuracy" / "predictions.csv")
+    return docs / "accuracy.md"
+
+
+def _header(evaluation: Evaluation, ts: TrainingSet) -> list[str]:
+    config = evaluation.config
+    lines = ["# Accuracy", "",
+             "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
+             "RTX 3090 / RTX 4090 benchmarks, imported as they are, plus any GPU rows measured by the harness). "
+             f"{len(ts.records)} records, {len(ts.graph_keys)} graphs, seed {config.seed}. Targets present: latency "
+             f"on {int(np.sum(~np.isnan(ts.targets[:, 0])))} records, "
+             f"energy on {int(np.sum(~np.isnan(ts.targets[:, 1])))}, "
+             f"memory on {int(np.sum(~np.isnan(ts.targets[:, 2])))}. Metrics on each split's test set: MAPE, Kendall "
+             "tau between predicted and measured, share within +-10 %. Early stopping and every choice of "
+             "hyper-parameters used the validation set only"
+             + (": early stopping on it chose the number of epochs, then the model was trained again on training "
+                "+ validation records for that many epochs (never on test)." if config.refit else ".")
+             + f" The model kept is a moving average of the weights (decay {config.ema_decay} per step).", ""]
+    if ts.missing:
+        lines += [f"{len(ts.missing)} graphs could not be featurized; their records are left out "
+                  "(`data/graphs/failures.csv` lists them with the reason).", ""]
+    return lines
+
+
+def _latency_table(outcomes: list[SplitOutcome]) -> list[str]:
+    lines = ["## Latency: PMGNS against the analytical model and a log-linear baseline", "",
+             "The intervals are 95 % percentile intervals when the test set's model families are drawn again "
+             f"with replacement ({BOOTSTRAP_SAMPLES} draws): how much a figure depends on which families happen to "
+             "be in the test set.", "",
+             "| split | test records | model | MAPE | Kendall tau | within 10 % | MAPE, tau: 95 % intervals | bar |",
+             "|---|---|---|---|---|---|---|---|"]
+    for outcome in outcomes:
+        split, bar = outcome.split, BARS.get(outcome.split.name, {})
+        bar_text = ", ".join(f"{k} {'<=' if k == 'mape' else '>='} {v:g}" for k, v in bar.items())
+        for name, m in outcome.metrics.items():
+            verdict = ("met" if outcome.bar_met else "NOT met") if name.startswith("PMGNS") and bar else ""
+            lines.append(f"| {split.name} | {len(split.test)} | {name} | {format_metrics(m)} | {format_intervals(m)} | "
+                         f"{bar_text + ': ' + verdict if verdict else ''} |")
+    return lines
+
+
+def _breakdown_section(outcomes: list[SplitOutcome]) -> list[str]:
+    lines = ["## Where the PMGNS error is", "",
+             "Per split: PMGNS's bias (the median of predicted over measured) and its MAPE without it; Kendall tau "
+             "when each model's (graph's) mean error is taken out of its predictions and when it is all that is "
+             "left, which says whether the ranking is lost between models or between the configurations of one; "
+             "test MAPE per memory layout, PyTorch version and (the worst) families, and each group's share of "
+             "the split's total error. Every test prediction is in [predictions.csv](accuracy/predictions.csv). "
+             "Read only after the model was fixed: nothing here chose anything.", ""]
+    for outcome in outcomes:
+        lines += [f"- **{outcome.split.name}**"] + [f"  - {part}" for part in outcome.breakdown]
+    lines.append("")
+    return lines
+
+
+def _comparison_section(evaluation: Evaluation) -> list[str]:
+    lines = ["## The paper's comparison: graph convolutions against an MLP on static features only", "",
+             f"Same splits, same features, same schedule: at most {evaluation.comparison_epochs} epochs each, early "
+             "stopping on validation, no refit, one network each (the early-stopped models themselves, to keep the "
+             "comparison's cost).", "", "| split | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|"]
+    for split_name, by_conv in evaluation.comparison.items():
+        for conv, m in by_conv.items():
+            lines.append(f"| {split_name} | {conv if conv != 'mlp' else 'MLP (static features only)'} | "
+                         f"{format_metrics(m)} |")
+    return lines
