@@ -89,6 +89,14 @@ MEMORY_ROUND_TRIP_NS = 250.0
 #: driver 580.159.04, CUDA 13.0, PyTorch 2.11: ``memory_context_mib`` in data/measurements/h100.csv).
 CUDA_CONTEXT_MIB = 600.0
 
+#: What the process holds beyond that once the model's own kernels have run: CUDA lazy module loading
+#: brings in each kernel's module on first use, and cuDNN and cuBLAS keep per-algorithm state. On an
+#: H200 (driver 580.159.04, CUDA 13.0, PyTorch 2.11), NVML's per-process memory minus PyTorch's peak
+#: reserved memory was 693-695 MiB in each of six configurations (convolutional and transformer models,
+#: fp32 and fp16, batch 8 and 64; ``data/h200/memcheck.txt``) against the 599.6 MiB context the harness
+#: measures with two tiny kernels: the kernels' modules add about 95 MiB, whatever the model.
+KERNEL_MODULES_MIB = 95.0
+
 #: cuBLAS workspace PyTorch allocates per handle: CUBLAS_WORKSPACE_CONFIG ':4096:8' (8 x 4 MiB), its
 #: default on Hopper; older GPUs use less (':4096:2:16:8', about 8 MiB), so this is an upper bound.
 CUBLAS_WORKSPACE_MIB = 32.0
@@ -344,7 +352,8 @@ class AnalyticalCostModel:
         allocator = replay(resident, table.alloc_bytes[:, half], table.free_step, *transient)
         weights, activations = float(table.param_bytes), _peak_live(table, precision, *transient)
         slack = max(0.0, allocator.peak_reserved - weights - activations - workspace)
-        return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB, slack / MIB)
+        return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB, slack / MIB,
+                               KERNEL_MODULES_MIB)
 
     # -- the whole graph ------------------------------------------------------------------------
     def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,

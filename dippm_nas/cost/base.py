@@ -28,8 +28,9 @@ class MemoryBreakdown:
     """What one inference holds on the GPU, in MiB, split by what holds it.
 
     ``context_mib`` is the CUDA context and libraries' handles, outside PyTorch's caching allocator;
-    ``activations_mib`` the live tensors at their peak; ``allocator_mib`` the allocator's rounding and
-    fragmentation on top of the live bytes.
+    ``modules_mib`` what the model's own kernels load on top of it (CUDA lazy module loading, the
+    libraries' per-algorithm state), also outside the allocator; ``activations_mib`` the live tensors at
+    their peak; ``allocator_mib`` the allocator's rounding and fragmentation on top of the live bytes.
     """
 
     context_mib: float
@@ -37,10 +38,17 @@ class MemoryBreakdown:
     activations_mib: float
     workspace_mib: float
     allocator_mib: float = 0.0  # the caching allocator's segments beyond the live bytes at the peak
+    modules_mib: float = 0.0
 
     @property
     def total_mib(self) -> float:
-        """The whole footprint of the process: what a MIG slice or a GPU must have free."""
+        """The whole footprint of the process as NVML counts it: what a MIG slice or a GPU must have free."""
+        return self.context_and_reserved_mib + self.modules_mib
+
+    @property
+    def context_and_reserved_mib(self) -> float:
+        """The context plus the allocator's peak reserved memory, without the kernels' modules: what the
+        harness's ``memory_total_mib`` column measures (its context is taken with two tiny kernels)."""
         return self.context_mib + self.weights_mib + self.activations_mib + self.workspace_mib + self.allocator_mib
 
 

@@ -72,7 +72,10 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
     for bound in TIME_SHARES:
         feats[f"time_share_{bound}"] = roofline.share(bound)
     feats["host_wait_share"] = roofline.host_wait_share()
-    for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, estimate.memory_mib)):
+    # The memory feature is the context plus peak reserved, the scale the shipped network learned on
+    # (the first protocol's rows); the kernels' modules are a constant it adds nothing to know.
+    memory = estimate.memory.context_and_reserved_mib if estimate.memory else estimate.memory_mib
+    for name, value in zip(TARGETS, (estimate.latency_ms, estimate.energy_j, memory)):
         feats[f"log_analytical_{name}"] = math.log(value)
     share = roofline.time_s / roofline.time_s.sum()  # positive, as the latency is
     return RecordInputs(feats, estimate, share.astype(np.float32), roofline.latency_curve(LATENCY_CURVE_LOG_RATIOS))

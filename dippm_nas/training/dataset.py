@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.analytical import AnalyticalCostModel
+from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.features import edge_index, node_feature_matrix
 from dippm_nas.cost.learned_inputs import record_inputs
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
@@ -23,7 +24,7 @@ from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.training.featurize import store_key
 from dippm_nas.training.paths import project
-from dippm_nas.training.records import Record
+from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record
 
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,6 +60,15 @@ class TrainingSet:
     def devices(self) -> np.ndarray:
         """Each record's GPU (a device registry key), what a device split divides."""
         return np.array([r.device for r in self.records])
+
+
+def comparable_memory(record: Record, estimate: Estimate) -> float:
+    """The analytical memory that ``record``'s measured memory compares with: the whole footprint for
+    NVML's per-process figure, the context plus peak reserved (no kernel modules) for the first
+    protocol's rows, which left the modules out."""
+    if record.memory_measure == MEMORY_NVML_PROCESS or estimate.memory is None:
+        return estimate.memory_mib
+    return estimate.memory.context_and_reserved_mib
 
 
 def load_graphs(keys: set[str], store: Path | None = None) -> dict[str, ModelGraph]:
@@ -98,7 +108,7 @@ def build_training_set(records: list[Record], store: Path | None = None) -> Trai
                 names = names or list(inputs.features)
                 statics[i] = [inputs.features[n] for n in names]
                 est = inputs.estimate
-                estimates[i] = [est.latency_ms, est.energy_j, est.memory_mib]
+                estimates[i] = [est.latency_ms, est.energy_j, comparable_memory(kept[i], est)]
                 shares[i] = inputs.time_share
                 curves[i] = inputs.latency_curve
                 bar.update()

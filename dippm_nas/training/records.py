@@ -27,6 +27,12 @@ GPU_NAMES = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200", "NVIDIA
              "NVIDIA GeForce RTX 3090": "rtx3090"}
 
 
+#: ``Record.memory_measure``: NVML's per-process memory, what a MIG slice limits.
+MEMORY_NVML_PROCESS = "nvml-process"
+#: ``Record.memory_measure``: the harness's context (two tiny kernels) plus PyTorch's peak reserved memory.
+MEMORY_CONTEXT_RESERVED = "context+reserved"
+
+
 @dataclass(frozen=True)
 class Record:
     """One measured configuration. Targets may be missing (None): a loss only uses what is there."""
@@ -48,6 +54,10 @@ class Record:
     date: str
     protocol: str
     origin: str  # the file the row came from
+    #: What ``memory_mb`` measured: the process's GPU memory as NVML counts it (MEMORY_NVML_PROCESS), or
+    #: the CUDA context plus PyTorch's peak reserved memory (MEMORY_CONTEXT_RESERVED, the first
+    #: protocol's), which leaves out the modules the model's kernels load; empty without a memory.
+    memory_measure: str = ""
 
     @property
     def graph_key(self) -> str:
@@ -107,6 +117,16 @@ def timm_records(folder: Path | None = None) -> list[Record]:
     return records
 
 
+def _memory(row: dict[str, str]) -> tuple[float | None, str]:
+    """A harness row's memory target and what it measured: NVML's per-process figure where the row has
+    one (the second protocol), else the context plus peak reserved (the first)."""
+    process = _float(row.get("memory_process_mib") or "")
+    if process is not None:
+        return process, MEMORY_NVML_PROCESS
+    total = _float(row.get("memory_total_mib") or "")
+    return total, MEMORY_CONTEXT_RESERVED if total is not None else ""
+
+
 def harness_records(folder: Path | None = None) -> list[Record]:
     """The harness's rows in ``folder`` (the project's ``data/measurements``) that measured a GPU."""
     records = []
@@ -116,13 +136,14 @@ def harness_records(folder: Path | None = None) -> list[Record]:
                 if row.get("status") != "ok" or row.get("device_kind") != "cuda":
                     continue
                 shape = [int(d) for d in row["input_shape"].split("x")]
+                memory, measure = _memory(row)
                 records.append(Record(
                     model=row["model"], source=row["source"], family=row["family"], image_size=shape[-1],
                     batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],
                     device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"], cuda=row["cuda"],
                     latency_ms=_float(row["latency_ms_median"]), energy_j=_float(row["energy_j"]),
-                    memory_mb=_float(row["memory_total_mib"]), measured_by=row["measured_by"], date=row["date"],
-                    protocol=row["protocol"], origin=f"data/measurements/{path.name}",
+                    memory_mb=memory, measured_by=row["measured_by"], date=row["date"],
+                    protocol=row["protocol"], origin=f"data/measurements/{path.name}", memory_measure=measure,
                 ))
     return records
 

@@ -102,7 +102,7 @@ def test_memory_is_context_plus_the_replayed_peak(batch):
     assert live + m.allocator_mib == pytest.approx(max(replayed, live))
     # the workspace (32 MiB) and the two weights (16 MiB) in segments of their own, the biases and the
     # activations in one 2 MiB small segment, each layer's 8 MiB half copy in one 20 MiB segment
-    assert m.total_mib - m.context_mib == pytest.approx(32 + 2 * 16 + 2 + 20)
+    assert m.context_and_reserved_mib - m.context_mib == pytest.approx(32 + 2 * 16 + 2 + 20)
 
 
 
