@@ -1,8 +1,9 @@
 """dippm-nas: predict inference latency, energy, memory and MIG slice of a model on an NVIDIA GPU.
 
 >>> import dippm_nas
->>> p = dippm_nas.predict("resnet50", batch=8, device="a100-40gb")  # doctest: +SKIP
->>> print(p.latency_ms, p.energy_j, p.memory_mb, p.mig_profile)    # doctest: +SKIP
+>>> p = dippm_nas.predict("resnet50", batch=8, device="a100-40gb")
+>>> p.latency_ms > 0 and p.energy_j > 0, p.mig_profile, p.cost_model
+(True, '1g.5gb', 'analytical')
 
 The public names load on first use, so that ``dippm_nas.measure`` (the ground-truth harness) runs on
 a GPU machine that has PyTorch and timm but not TVM.

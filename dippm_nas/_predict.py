@@ -65,8 +65,9 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     default. ``layout`` is the memory layout the model would run in: ``nchw`` (PyTorch's default) or
     ``nhwc`` (channels_last). Nothing runs on a GPU and no weights are materialised.
 
-    >>> p = predict("resnet18", batch=8, device="a100-40gb")  # doctest: +SKIP
-    >>> p.latency_ms, p.memory_mb, p.mig_profile                 # doctest: +SKIP
+    >>> p = predict("resnet18", batch=8, device="h100-sxm", precision="fp16")
+    >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mb < 2000
+    ('pmgns', '1g.10gb', True)
     """
     graph = checked_graph(model, input_shape, batch, device, precision, layout)
     return predict_graph(graph, device, precision, cost_model, mig_margin, layout=layout)

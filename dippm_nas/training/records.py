@@ -128,12 +128,15 @@ def _memory(row: dict[str, str]) -> tuple[float | None, str]:
 
 
 def harness_records(folder: Path | None = None) -> list[Record]:
-    """The harness's rows in ``folder`` (the project's ``data/measurements``) that measured a GPU."""
+    """The harness's rows in ``folder`` (the project's ``data/measurements``) that measured a GPU, at a
+    precision the cost models take (fp32-strict and tf32 rows stay in their files until they do)."""
+    from dippm_nas.hardware.registry import PRECISIONS
+
     records = []
     for path in sorted((folder or project().measurements).glob("*.csv")):
         with path.open(newline="") as fh:
             for row in csv.DictReader(fh):
-                if row.get("status") != "ok" or row.get("device_kind") != "cuda":
+                if row.get("status") != "ok" or row.get("device_kind") != "cuda" or row["precision"] not in PRECISIONS:
                     continue
                 shape = [int(d) for d in row["input_shape"].split("x")]
                 memory, measure = _memory(row)
