@@ -1,4 +1,5 @@
-"""``dippm-nas manifest`` and ``measure``: the ground-truth harness (torch, timm and nvidia-ml-py only)."""
+"""``dippm-nas manifest``, ``measure``, ``sweep`` and ``campaign``: the ground-truth harness (torch, timm and
+nvidia-ml-py only)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,77 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                          "calls and self time per iteration, to a file of its own, e.g. "
                          "data/measurements/kernels/h100.csv (never among the latency rows)")
     me.set_defaults(func=cmd_measure)
+    sw = sub.add_parser(
+        "sweep", help="time single operators over a seeded sample of shapes and precisions (cost-model data)",
+        description="Times single operators (GEMM, batched GEMM, conv2d, attention, normalisations, elementwise, "
+                    "reductions, pooling) over a seeded, stratified sample of the shapes real models give them, "
+                    "each at every precision (fp32, fp16, bf16, fp32-strict, tf32), and appends one row per "
+                    "point with its FLOPs, bytes and provenance: the ground truth of a per-operator cost model. "
+                    "The order is round-robin over operators and precisions, so a run cut short still covers them "
+                    "all; a rerun with the same --seed skips the points already in --out. Needs only torch, timm "
+                    "and nvidia-ml-py.")
+    sw.add_argument("--out", required=True,
+                    help="CSV of its own to append to, e.g. data/measurements/sweeps/h100.csv (never among the model "
+                         "rows of data/measurements/*.csv)")
+    sw.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the sweep (default: cuda)")
+    sw.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
+    sw.add_argument("--seed", type=int, default=0, help="the sample of shapes (default: 0); rerun with it to resume")
+    sw.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
+    sw.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after this many points
+    sw.set_defaults(func=cmd_sweep)
+    ca = sub.add_parser(
+        "campaign", help="spend a lent GPU's time on every kind of ground truth, resumably",
+        description="One command for a lease: the host's per-operator cost, an operator sweep, the model manifest "
+                    "(fp32 and fp16 at batch 1, 8, 64, 256 first, then bf16 and fp32-strict; the data set's "
+                    "least-measured families first) and kernel profiles, each step given its share of the time "
+                    "left when it starts, each appending to a file of its own under --out-dir and resuming where "
+                    "the last lease stopped. --plan prints the time split without measuring. Needs only torch, "
+                    "timm and nvidia-ml-py.")
+    ca.add_argument("--out-dir", default="data/measurements", help="where the files go (default: data/measurements)")
+    ca.add_argument("--budget-s", type=float, required=True, help="the whole campaign's time, e.g. 540 for a 10-minute "
+                                                                  "call with a margin")
+    ca.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the campaign (default: cuda)")
+    ca.add_argument("--manifest", default=None,
+                    help="model configurations to measure (default: drawn from --records, see above)")
+    ca.add_argument("--records", default="data/records.csv", help="the data set the default manifest draws from")
+    ca.add_argument("--kernels-manifest", default="data/manifests/kernels_per_family.csv",
+                    help="configurations to profile in the last step ('' for none)")
+    ca.add_argument("--seed", type=int, default=0, help="the sweep's and the manifest's seed (default: 0)")
+    ca.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
+    ca.add_argument("--plan", action="store_true", help="print the plan for --budget-s and stop")
+    ca.set_defaults(func=cmd_campaign)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``dippm-nas sweep``: a missing GPU or a file of other rows is a one-line error, not a traceback."""
+    from dippm_nas.measure.sweep import run_sweep
+
+    try:
+        run_sweep(args.out, args.device, args.budget_s, args.seed, args.by, limit=args.limit)
+    except RuntimeError as exc:
+        raise DippmError(str(exc)) from exc
+    return 0
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    """``dippm-nas campaign``: the plan, then each step within its share of the budget."""
+    from dippm_nas.measure.campaign import describe_plan, run_campaign
+    from dippm_nas.measure.config import read_manifest
+
+    if args.budget_s <= 0:
+        raise DippmError(f"--budget-s {args.budget_s:g}: give the seconds the campaign may take, e.g. 540.")
+    if args.plan:
+        print("\n".join(describe_plan(args.budget_s)))
+        return 0
+    for path in (args.manifest, args.kernels_manifest or None):
+        if path and not os.path.exists(path):
+            raise DippmError(f"no manifest at {path}; write one with `dippm-nas manifest --out {path}`.")
+    if args.manifest is None and not os.path.exists(args.records):
+        raise DippmError(f"no records at {args.records} to draw the models from; give --manifest or --records.")
+    try:
+        run_campaign(args.out_dir, args.budget_s, args.device,
+                     manifest=read_manifest(args.manifest) if args.manifest else None, records_csv=args.records,
+                     kernels_manifest=args.kernels_manifest or None, seed=args.seed, measured_by=args.by)
+    except RuntimeError as exc:
+        raise DippmError(str(exc)) from exc
+    return 0

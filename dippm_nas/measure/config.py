@@ -6,22 +6,27 @@ import csv
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+from dippm_nas.measure.precision import PRECISIONS
+
+__all__ = ["PRECISIONS", "MeasureConfig", "read_manifest", "write_manifest"]
 
 
 @dataclass(frozen=True)
 class MeasureConfig:
     """What to run: a model (timm name or ``module:factory``), its input, batch and precision.
 
-    ``input_shape`` leaves the batch out; ``precision`` is one of ``PRECISIONS``.
+    ``input_shape`` leaves the batch out; ``precision`` is one of ``PRECISIONS`` (those of
+    ``dippm_nas.measure.precision``: the harness runs each as PyTorch does, TF32 flags and autocast).
 
     >>> cfg = MeasureConfig("resnet18", batch=8, precision="fp16")
     >>> cfg.key
     'timm:resnet18|3x224x224|b8|fp16|nchw'
+    >>> MeasureConfig("resnet18", precision="fp32-strict").key
+    'timm:resnet18|3x224x224|b1|fp32-strict|nchw'
     >>> MeasureConfig("resnet18", precision="int8")
     Traceback (most recent call last):
     ...
-    ValueError: precision 'int8' is not one of ('fp32', 'fp16', 'bf16')
+    ValueError: precision 'int8' is not one of ('fp32', 'fp16', 'bf16', 'fp32-strict', 'tf32')
     """
 
     model: str

@@ -11,10 +11,14 @@ POWER_SAMPLE_S = 0.01
 
 
 class EnergyMeter:
-    """``start()`` and ``stop()`` around the timed window; ``joules`` and ``method`` after."""
+    """``start()`` and ``stop()`` around the timed window; ``joules`` and ``method`` after.
 
-    def __init__(self, device_index: int = 0):
-        self.lib = nvml()
+    One meter per window: a configuration timed again (a wide spread) keeps the energy of the window
+    it keeps. ``lib`` is the NVML module (pynvml by default; a test passes a fake).
+    """
+
+    def __init__(self, device_index: int = 0, lib: object | None = None):
+        self.lib = lib if lib is not None else nvml()
         self.handle = self.lib.nvmlDeviceGetHandleByIndex(device_index) if self.lib else None
         self.method = "none"
         self.joules: float | None = None

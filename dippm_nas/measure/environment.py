@@ -8,15 +8,40 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-PROTOCOL = ("dippm-nas-v1: random weights, eval, inference_mode, torch.autocast for fp16/bf16; warm-up >= 5 "
-            "iterations until the median of the last 5 moves < 2 %; timed >= 30 iterations and >= 1 s (CUDA "
-            "events per iteration, median); energy = NVML energy counter over the timed window / iterations; "
-            "memory = CUDA context + peak reserved from the resident model onwards (input and run included)")
+from dippm_nas.measure import gpu_state, host, timing
+
+#: How a latency row is measured, written in every row. v2 against v1: precisions run under their
+#: mode's flags, the GPU brought to a settled clock first, a wide window timed again, the clocks and
+#: temperature recorded, the memory NVML counts for the process, a CUDA-graph latency, the host's cost.
+PROTOCOL = (
+    "dippm-nas-v2: random weights, eval, inference_mode; each configuration under its precision's mode "
+    "(precision.running_in: fp32 = PyTorch's defaults, cuDNN TF32 on and matmul TF32 off; fp32-strict TF32 off; "
+    "tf32 TF32 on; fp16/bf16 torch.autocast), the flags it ran under recorded per row; before the first "
+    f"configuration the GPU runs fp16 matmuls until {gpu_state.SETTLE_SAMPLES} SM clock readings in a row are "
+    f"within {gpu_state.SETTLE_TOLERANCE:.0%} (>= {gpu_state.SETTLE_MIN_S:g} s, at most {gpu_state.SETTLE_CAP_S:g} s); "
+    f"warm-up >= {timing.MIN_WARMUP} iterations until the median of the last {timing.STABLE_WINDOW} moves "
+    f"< {timing.STABLE_TOLERANCE:.0%}; timed >= {timing.MIN_TIMED} iterations and >= {timing.MIN_TIMED_S:g} s (CUDA "
+    f"events per iteration, median), warm-up and window again while (p90 - p10) / median > {timing.SPREAD_LIMIT:g}, "
+    f"at most {timing.MAX_ATTEMPTS} windows, the tightest kept (attempts); SM and memory clocks, temperature and "
+    "power limit by NVML as the kept window closes; energy = NVML energy counter over the kept window / iterations; "
+    "memory_process = NVML's usedGpuMemory for this PID, else the device's used memory minus its value before "
+    "the process initialised CUDA, read after the timed windows with the allocator's cache kept (its peak); "
+    "memory_total = CUDA context + peak reserved from the resident model onwards (as v1); latency_ms_cuda_graphs = "
+    "the forward captured as a CUDA graph (static input, captured after eager warm-up), same warm-up and window, "
+    f"median; host_us_per_op = once per run, host time to issue a chain of {host.CHAIN} tiny eager operators "
+    "(add, relu, conv1x1, matmul, layer_norm, view) / chain length, median of "
+    f"{host.REPEATS} chains (>= {host.MIN_REPEATS}, fewer past {host.KIND_CAP_S:g} s), mean over kinds, fp32 and "
+    "fp16 autocast, one intra-op thread; GPU time per operator from the chain replayed as a CUDA graph, in "
+    "host_profile")
 
 
 @dataclass(frozen=True)
 class Environment:
-    """What a row was measured with: the GPU, its driver, the library versions and the flags that change timing."""
+    """What a row was measured with: the GPU, its driver, the library versions and the flags that change timing.
+
+    ``tf32_matmul`` and ``tf32_cudnn`` are the process's defaults; a row records instead the flags its
+    configuration's precision ran under (``precision.running_in``).
+    """
 
     device_kind: str  # "cuda" or "cpu"
     gpu_name: str

@@ -4,6 +4,13 @@ Safe with data: a row is flushed and fsynced as soon as its configuration ends, 
 configurations already in the file, and ``budget_s`` stops cleanly before a time limit, so a crash or
 a kill loses at most the configuration in flight. An out-of-memory is a result, recorded with its
 batch size, not a crash.
+
+The protocol (``environment.PROTOCOL``) is the run's: NVML's used memory read before CUDA starts (the
+baseline of the process's memory where the driver gives no per-process figure), the GPU kept busy
+until its clock settles, the host's cost per eager operator measured once; then per configuration,
+under its precision's flags and autocast, a timed window (again while its spread is wide), the
+clocks and temperature it ran at, the memory NVML counts for the process at its peak, and the
+forward pass replayed as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import contextlib
 import csv
 import gc
 import importlib
+import json
 import os
 import resource
 import sys
@@ -25,21 +33,26 @@ import torch
 from dippm_nas.errors import one_line
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.energy import EnergyMeter
-from dippm_nas.measure.environment import PROTOCOL, Environment, describe, nvml, utc_now
-from dippm_nas.measure.timing import Timer, time_steps
+from dippm_nas.measure.environment import PROTOCOL, Environment, describe, utc_now
+from dippm_nas.measure.gpu_state import GpuProbe, cuda_load_sampler, settle_clocks
+from dippm_nas.measure.host import HostCost, measure_host_cost
+from dippm_nas.measure.precision import precision_mode, running_in
+from dippm_nas.measure.timing import Timer, Timing, capture_cuda_graph, tightest, time_steps
 
 MIB = 2**20
 
 COLUMNS = [
     "key", "model", "source", "family", "input_shape", "batch", "precision", "layout", "status", "error",
     "latency_ms_median", "latency_ms_mean", "latency_ms_p10", "latency_ms_p90", "iterations", "window_s",
-    "warmup_iterations", "energy_j", "energy_method", "power_w_mean", "memory_context_mib",
-    "memory_reserved_mib", "memory_allocated_mib", "memory_total_mib", "cpu_peak_rss_mib",
+    "warmup_iterations", "attempts", "latency_ms_cuda_graphs", "cuda_graphs_error",
+    "energy_j", "energy_method", "power_w_mean",
+    "memory_process_mib", "memory_process_method", "memory_context_mib", "memory_reserved_mib",
+    "memory_allocated_mib", "memory_total_mib", "cpu_peak_rss_mib",
+    "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_limit_w",
+    "host_us_per_op", "host_us_per_op_autocast", "host_profile",
     "device_kind", "gpu_name", "driver", "cuda", "cudnn", "torch", "timm", "tf32_matmul", "tf32_cudnn",
     "cudnn_benchmark", "cpu", "protocol", "measured_by", "date",
 ]
-
-_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def measured_keys(path: Path) -> set[str]:
@@ -74,11 +87,13 @@ def build_model(cfg: MeasureConfig) -> torch.nn.Module:
 
 
 class ModelOnDevice:
-    """The last model built, kept on the device: consecutive configurations of one model (its batches
-    and precisions) build it once, which is most of a small configuration's time."""
+    """The device a run measures on: the last model built, kept there (consecutive configurations of
+    one model, its batches and precisions, build it once, which is most of a small configuration's
+    time), and NVML's view of the GPU (``gpu``: the process's memory, clocks; answers None on the CPU)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, gpu: GpuProbe | None = None):
         self.device = device
+        self.gpu = gpu if gpu is not None else GpuProbe(None)
         self._key: tuple[str, str, str] | None = None
         self._model: torch.nn.Module | None = None
 
@@ -98,34 +113,35 @@ class ModelOnDevice:
         self._key = self._model = None
 
 
-def context_memory_mib(device_kind: str) -> float | None:
+def context_memory_mib(device_kind: str, gpu: GpuProbe | None = None) -> float | None:
     """NVML used memory once CUDA, cuBLAS and cuDNN are initialised, minus before, minus what the
-    allocator holds: the context and library handles the process pays before its first tensor."""
+    allocator holds: the context and library handles the process pays before its first tensor.
+
+    Kept as the v1 column ``memory_context_mib``; ``memory_process_mib`` is what a MIG slice limits.
+    """
     if device_kind != "cuda":
         return None
-    lib = nvml()
-    handle = lib.nvmlDeviceGetHandleByIndex(0) if lib else None
-    before = lib.nvmlDeviceGetMemoryInfo(handle).used if handle else 0
+    gpu = gpu if gpu is not None else GpuProbe.open(device_kind)
+    before = gpu.device_used()
     x = torch.randn(64, 64, device="cuda")
     torch.nn.functional.conv2d(x[None, None], torch.randn(1, 1, 3, 3, device="cuda"))  # cuDNN
     x @ x  # cuBLAS
     torch.cuda.synchronize()
     del x
-    if handle is None:
+    after = gpu.device_used()
+    if before is None or after is None:
         return None
-    after = lib.nvmlDeviceGetMemoryInfo(handle).used
     return (after - before - torch.cuda.memory_reserved()) / MIB
 
 
 def model_input(cfg: MeasureConfig, device_kind: str, device: torch.device
                 ) -> tuple[torch.Tensor, contextlib.AbstractContextManager]:
-    """A random input batch in the configuration's layout, and the autocast its precision runs under."""
+    """A random input batch in the configuration's layout, and the context its precision runs under
+    (``precision.running_in``: the mode's TF32 flags, autocast where it has one; it yields the mode)."""
     x = torch.randn(cfg.batch, *cfg.input_shape, device=device)
     if cfg.layout == "nhwc":
         x = x.to(memory_format=torch.channels_last)
-    autocast = (torch.autocast(device_kind, dtype=_AUTOCAST[cfg.precision])
-                if cfg.precision in _AUTOCAST else contextlib.nullcontext())
-    return x, autocast
+    return x, running_in(cfg.precision, device_kind)
 
 
 def configuration_row(cfg: MeasureConfig) -> dict[str, object]:
@@ -139,46 +155,105 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+@dataclass(frozen=True)
+class Window:
+    """One timed window of a configuration, with what was read at its end: the energy meter that
+    bracketed it (None on the CPU) and the GPU's clocks, temperature and power limit."""
+
+    timing: Timing
+    meter: EnergyMeter | None
+    state: dict[str, float | None]
+
+
+def timed_window(step: Callable[[], object], timer: Callable[[Callable[[], object]], float],
+                 gpu: GpuProbe, energy: bool) -> Window:
+    """Warm-up and one timed window of ``step``, its energy metered where ``energy`` (CUDA) and the
+    GPU's state read as the window closes."""
+    meter = EnergyMeter(lib=gpu.lib) if energy else None
+    state: dict[str, float | None] = {}
+
+    def end() -> None:
+        if meter is not None:
+            meter.stop()
+        state.update(gpu.state())
+
+    timing = time_steps(step, timer, on_start=meter.start if meter is not None else (lambda: None), on_end=end)
+    return Window(timing, meter, state)
+
+
+def time_cuda_graph(step: Callable[[], object], timer: Callable[[Callable[[], object]], float],
+                    capture: Callable[[Callable[[], object]], Callable[[], object]] = capture_cuda_graph,
+                    ) -> tuple[float | None, str]:
+    """The median latency in ms of ``step`` replayed as a CUDA graph (the same protocol's warm-up and
+    window), or None and the capture's failure on one line: eager's host wait, removed."""
+    try:
+        replay = capture(step)
+        return time_steps(replay, timer).median_ms, ""
+    except Exception as exc:  # a host synchronisation in forward, an unsupported op, an OOM in the graph's pool
+        return None, one_line(exc)
+
+
 def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
                 models: ModelOnDevice) -> dict[str, object]:
     """The configuration's latency row; a failure raises (``run`` records it)."""
+    cuda = env.device_kind == "cuda"
     model = models(cfg)
-    if env.device_kind == "cuda":  # the peak from here on: the resident weights, the input, the run
+    gpu = models.gpu
+    if cuda:  # the peak from here on: the resident weights, the input, the run
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    x, autocast = model_input(cfg, env.device_kind, models.device)
-    meter = EnergyMeter() if env.device_kind == "cuda" else None
-    with torch.inference_mode(), autocast:
+    x, precision = model_input(cfg, env.device_kind, models.device)
+    timer = Timer(env.device_kind)
+    with torch.inference_mode(), precision:
+        flags = {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
+
         def step() -> object:
             return model(x)
-        timing = time_steps(step, Timer(env.device_kind),
-                            on_start=meter.start if meter else (lambda: None),
-                            on_end=meter.stop if meter else (lambda: None))
-    row = {**configuration_row(cfg), "memory_context_mib": context_mib, "status": "ok",
+
+        window, attempts = tightest(lambda: timed_window(step, timer, gpu, energy=cuda),
+                                    spread=lambda w: w.timing.spread)
+        # the configuration's peak: the caching allocator still holds the segments the run reserved
+        memory_process, memory_method = gpu.process_memory()
+        if cuda:
+            reserved = torch.cuda.max_memory_reserved() / MIB
+            allocated = torch.cuda.max_memory_allocated() / MIB
+            graph_ms, graph_error = time_cuda_graph(step, timer)
+    timing = window.timing
+    row = {**configuration_row(cfg), "memory_context_mib": context_mib, "status": "ok", **flags, **window.state,
            "latency_ms_median": timing.median_ms, "latency_ms_mean": timing.mean_ms, "latency_ms_p10": timing.p10_ms,
            "latency_ms_p90": timing.p90_ms, "iterations": timing.iterations, "window_s": timing.window_s,
-           "warmup_iterations": timing.warmup}
+           "warmup_iterations": timing.warmup, "attempts": attempts,
+           "memory_process_mib": memory_process, "memory_process_method": memory_method}
+    meter = window.meter
     if meter is not None and meter.joules is not None:
         row.update(energy_j=meter.joules / timing.iterations, energy_method=meter.method,
                    power_w_mean=meter.joules / timing.window_s)
-    if env.device_kind == "cuda":
-        reserved = torch.cuda.max_memory_reserved() / MIB
-        row.update(memory_reserved_mib=reserved, memory_allocated_mib=torch.cuda.max_memory_allocated() / MIB,
-                   memory_total_mib=(context_mib or 0.0) + reserved)
+    if cuda:
+        row.update(memory_reserved_mib=reserved, memory_allocated_mib=allocated,
+                   memory_total_mib=(context_mib or 0.0) + reserved,
+                   latency_ms_cuda_graphs=graph_ms, cuda_graphs_error=graph_error)
     else:
         row["cpu_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
 
 
 def _check_header(path: Path, columns: list[str], what: str) -> None:
-    """Rows of one kind per file: appending others would corrupt what is there."""
+    """Rows of one kind and one protocol per file: appending rows with other columns would corrupt it."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with path.open(newline="") as fh:
         header = next(csv.reader(fh), [])
     if header != columns:
-        raise RuntimeError(f"{path} holds rows of another kind than {what!r} (its columns differ); "
-                           "give --out a file of its own")
+        missing = [c for c in columns if c not in header]
+        extra = [c for c in header if c not in columns]
+
+        def names(cols: list[str]) -> str:
+            return ", ".join(cols[:6]) + (f" and {len(cols) - 6} more" if len(cols) > 6 else "") if cols else "none"
+
+        raise RuntimeError(
+            f"{path} holds rows of another kind than {what!r}, or of an older protocol (its columns differ: "
+            f"missing {names(missing)}; not ours {names(extra)}), and appending would corrupt it; write to a new "
+            "file: give --out a path of its own (the old file stays valid as it is, with its own protocol)")
 
 
 @dataclass(frozen=True)
@@ -204,13 +279,39 @@ MEASUREMENTS: dict[str, Measurement] = {
 }
 
 
+def _host_columns(device_kind: str, progress: Callable[[str], None]) -> dict[str, object]:
+    """The run's host cost as the columns of every latency row; a failure is reported, not fatal."""
+    began = time.monotonic()
+    try:
+        cost: HostCost = measure_host_cost(device_kind)
+    except Exception as exc:  # the ground truth does not depend on it
+        progress(f"host cost per operator not measured: {one_line(exc)}")
+        return {"host_profile": json.dumps({"error": one_line(exc)})}
+    autocast = cost.us_per_op_autocast
+    progress(f"host cost per eager operator: {cost.us_per_op or 0:.2f} us (fp32), "
+             f"{autocast or 0:.2f} us (fp16 autocast); measured in {time.monotonic() - began:.1f} s")
+    return cost.as_row()
+
+
 def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "cuda",
         budget_s: float | None = None, measured_by: str = "dippm-nas harness",
         progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
         what: str = "latency") -> int:
-    """Measure what ``out`` does not hold yet; returns how many configurations were measured."""
+    """Measure what ``out`` does not hold yet; returns how many configurations were measured.
+
+    Before any CUDA call it reads the device's used memory (the baseline of ``memory_process_mib``
+    where the driver gives no per-process figure); before the first configuration it keeps the GPU
+    busy until its clock settles and measures the host's cost per operator (``host.py``), all within
+    ``budget_s``.
+    """
+    start = time.monotonic()
     if what not in MEASUREMENTS:
         raise ValueError(f"unknown measurement {what!r}; known: {', '.join(MEASUREMENTS)}")
+    # First of all, before anything touches torch.cuda: what the device uses without this process.
+    gpu = GpuProbe.open(device_kind)
+    cuda_was_up = device_kind == "cuda" and torch.cuda.is_initialized()
+    if not cuda_was_up:
+        gpu.take_baseline()
     if device_kind == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the harness")
     measurement = MEASUREMENTS[what]
@@ -219,10 +320,17 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
     done = measured_keys(out)
     todo = [c for c in configs if c.key not in done]
     progress(f"{len(done)} configurations already in {out}; {len(todo)} to measure")
-    start = time.monotonic()
+    if not todo:
+        return 0
+    if cuda_was_up:
+        progress("CUDA was initialised before the run: memory_process_mib only where the driver lists this process")
     env = describe(device_kind)
-    context = context_memory_mib(device_kind)
-    models = ModelOnDevice(torch.device(device_kind))
+    context = context_memory_mib(device_kind, gpu)
+    if device_kind == "cuda":
+        progress(settle_clocks(cuda_load_sampler(gpu)).describe())
+        torch.cuda.empty_cache()
+    run_columns = _host_columns(device_kind, progress) if "host_us_per_op" in measurement.columns else {}
+    models = ModelOnDevice(torch.device(device_kind), gpu)
     longest = 0.0
     for i, cfg in enumerate(todo, 1):
         elapsed = time.monotonic() - start
@@ -239,8 +347,10 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
         gc.collect()  # what the configuration left, before the next one starts
         if device_kind == "cuda":
             torch.cuda.empty_cache()
-        for row in rows:
-            row.update(env.as_row(), protocol=measurement.protocol, measured_by=measured_by, date=utc_now())
+        # the environment, then the flags of the configuration's precision (a row's own reading wins)
+        flags = precision_mode(cfg.precision).flags()
+        rows = [{**env.as_row(), **flags, **run_columns, **row, "protocol": measurement.protocol,
+                 "measured_by": measured_by, "date": utc_now()} for row in rows]
         append_rows(out, rows, measurement.columns)
         longest = max(longest, time.monotonic() - began)
         progress(f"[{i}/{len(todo)}] {cfg.key}: {measurement.summary(rows)}")

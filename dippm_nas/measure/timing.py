@@ -1,4 +1,5 @@
-"""The timing protocol: warm up until stable, then time enough iterations for a stable median."""
+"""The timing protocol: warm up until stable, time enough iterations for a stable median, and time
+again a window whose spread says it was disturbed; a forward pass replayed as a CUDA graph too."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -15,6 +17,14 @@ STABLE_WINDOW = 5
 STABLE_TOLERANCE = 0.02
 MIN_TIMED = 30
 MIN_TIMED_S = 1.0
+#: A window whose (p90 - p10) / median is above this was disturbed (clocks moving, another process, a
+#: background thread): it is timed again. 0.10 is about three times what a quiet H100 or H200 shows.
+SPREAD_LIMIT = 0.10
+#: The first window and up to two more; the tightest is kept, so a noisy configuration costs at most
+#: three windows and is recorded as noisy (its ``attempts`` and p10/p90 say so) rather than dropped.
+MAX_ATTEMPTS = 3
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,15 @@ class Timing:
     iterations: int
     window_s: float
     warmup: int
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: how disturbed the window was; a quiet GPU keeps it to a few per cent.
+
+        >>> Timing(2.0, 2.1, 1.5, 2.5, 30, 1.0, 5).spread
+        0.5
+        """
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -58,7 +77,7 @@ class Timer:
         return (time.perf_counter() - begin) * 1e3
 
 
-def warm_up(step: Callable[[], object], timer: Timer) -> int:
+def warm_up(step: Callable[[], object], timer: Callable[[Callable[[], object]], float]) -> int:
     """At least MIN_WARMUP iterations, then until the median of the last window moves < 2 %."""
     times = [timer(step) for _ in range(MIN_WARMUP)]
     previous = statistics.median(times[-STABLE_WINDOW:])
@@ -71,16 +90,74 @@ def warm_up(step: Callable[[], object], timer: Timer) -> int:
     return len(times)
 
 
-def time_steps(step: Callable[[], object], timer: Timer, on_start: Callable[[], None] = lambda: None,
-               on_end: Callable[[], None] = lambda: None) -> Timing:
-    """Timed window: >= MIN_TIMED iterations and >= MIN_TIMED_S seconds."""
+def time_steps(step: Callable[[], object], timer: Callable[[Callable[[], object]], float],
+               on_start: Callable[[], None] = lambda: None, on_end: Callable[[], None] = lambda: None,
+               min_seconds: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Timing:
+    """Warm-up, then a timed window: >= MIN_TIMED iterations and >= ``min_seconds`` (MIN_TIMED_S) by ``clock``.
+
+    ``on_start`` and ``on_end`` bracket the window (an energy meter, the GPU's clocks); ``clock`` is
+    only there so that a test can run the protocol on a simulated timer without waiting a second.
+    """
+    min_seconds = MIN_TIMED_S if min_seconds is None else min_seconds
     warm = warm_up(step, timer)
     times: list[float] = []
     on_start()
-    begin = time.perf_counter()
-    while len(times) < MIN_TIMED or time.perf_counter() - begin < MIN_TIMED_S:
+    begin = clock()
+    while len(times) < MIN_TIMED or clock() - begin < min_seconds:
         times.append(timer(step))
-    window = time.perf_counter() - begin
+    window = clock() - begin
     on_end()
     return Timing(statistics.median(times), statistics.fmean(times), _quantile(times, 0.1),
                   _quantile(times, 0.9), len(times), window, warm)
+
+
+def tightest(measure: Callable[[], T], spread: Callable[[T], float] = lambda t: t.spread,
+             limit: float | None = None, max_attempts: int | None = None) -> tuple[T, int]:
+    """Calls ``measure`` until one result's ``spread`` is within ``limit`` (SPREAD_LIMIT), at most
+    ``max_attempts`` (MAX_ATTEMPTS) times; returns the tightest result and how many calls it took.
+
+    A window disturbed by a clock change or another process is as likely to bias the median as to
+    widen it, so a wide one is measured again instead of being trusted.
+
+    >>> spreads = iter([0.3, 0.05, 0.01])
+    >>> tightest(lambda: next(spreads), spread=lambda s: s)
+    (0.05, 2)
+    """
+    limit = SPREAD_LIMIT if limit is None else limit
+    max_attempts = MAX_ATTEMPTS if max_attempts is None else max_attempts
+    best: T | None = None
+    attempts = 0
+    while attempts < max(1, max_attempts):
+        result = measure()
+        attempts += 1
+        if best is None or spread(result) < spread(best):
+            best = result
+        if spread(result) <= limit:
+            break
+    return best, attempts
+
+
+def capture_cuda_graph(step: Callable[[], object], warmup: int = 3) -> Callable[[], object]:
+    """``step`` captured as a CUDA graph (its inputs must stay where they are); returns the replay.
+
+    Warmed up on a side stream first, as ``torch.cuda.graphs`` asks, so lazy initialisation (cuDNN's
+    algorithm choice, autocast's weight casts) happens outside the capture; the capture's errors are
+    this thread's alone (``capture_error_mode="thread_local"``), so the energy meter's thread is safe.
+    Raises where the step cannot be captured (a host synchronisation, data-dependent control flow).
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        out = step()
+
+    def replay() -> object:
+        graph.replay()
+        return out  # the graph's static output, kept alive as long as the replay
+
+    return replay

@@ -42,6 +42,11 @@ def test_cpu_run_writes_rows_with_provenance(tmp_path):
         assert float(r["window_s"]) >= 1.0 and float(r["cpu_peak_rss_mib"]) > 0
         assert r["torch"] and r["timm"] and r["protocol"] and r["date"] and r["device_kind"] == "cpu"
         assert float(r["latency_ms_p10"]) <= float(r["latency_ms_median"]) <= float(r["latency_ms_p90"])
+        # the v2 protocol: windows taken, the host's cost, the flags fp32 ran under; no GPU, no GPU columns
+        assert 1 <= int(r["attempts"]) <= 3 and r["protocol"].startswith("dippm-nas-v2:")
+        assert float(r["host_us_per_op"]) > 0 and float(r["host_us_per_op_autocast"]) > 0 and r["host_profile"]
+        assert (r["tf32_matmul"], r["tf32_cudnn"]) == ("False", "True")
+        assert r["latency_ms_cuda_graphs"] == r["memory_process_mib"] == r["sm_clock_mhz"] == ""
     # a rerun measures nothing new
     assert run(_configs(2), out, device_kind="cpu", progress=lambda _: None) == 0
     assert len(_rows(out)) == 2
@@ -56,7 +61,13 @@ def test_simulated_out_of_memory_is_a_result(tmp_path):
     assert rows["8"]["status"] == "oom" and "out of memory" in rows["8"]["error"]
 
 
-def test_budget_stops_cleanly(tmp_path):
+def test_budget_stops_cleanly(tmp_path, monkeypatch):
+    import timm  # noqa: F401  (imported by the run's setup, which the budget counts; not what this test times)
+
+    from dippm_nas.measure import host, runner
+
+    # the run's host cost, which the budget counts too, kept short: the budget is what this test checks
+    monkeypatch.setattr(runner, "measure_host_cost", lambda kind: host.measure_host_cost(kind, chain=5, repeats=1))
     out = tmp_path / "m.csv"
     measured = run(_configs(4), out, device_kind="cpu", budget_s=1.5, progress=lambda _: None)
     assert 1 <= measured < 4 and len(_rows(out)) == measured

@@ -1,0 +1,230 @@
+"""One command for a lent GPU: every kind of ground truth the project lacks, in a stated order and
+time split, each resumed where the last lease stopped.
+
+A lease is short (minutes) and comes by chance, so the campaign spends it in the order that buys the
+most per minute: the host's per-operator cost first (seconds, and every model row needs it), then an
+operator sweep (thousands of timings a minute, the learned model's operator-level data), then the
+model manifest (whole-model latency, energy and NVML memory: fp32 and fp16 at batch 1, 8, 64 and 256
+first, then bf16 and fp32-strict), then kernel profiles. Each step's budget is its share of what is
+left when it starts, so a step that finishes early (everything already measured) hands its time on.
+Every step appends to a file of its own under ``out_dir`` and skips what that file holds: a second
+lease continues the first.
+
+Files, for a GPU whose name slugs to ``nvidia-h100-80gb-hbm3``::
+
+    out_dir/host/nvidia-h100-80gb-hbm3.csv       the host cost, one row per operator kind and precision
+    out_dir/sweeps/nvidia-h100-80gb-hbm3.csv     the operator sweep
+    out_dir/nvidia-h100-80gb-hbm3.csv            the model rows (a -2, -3... suffix where an older file
+                                                 of that name has other columns)
+    out_dir/kernels/nvidia-h100-80gb-hbm3.csv    the kernel profiles
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dippm_nas.measure.config import MeasureConfig, read_manifest
+from dippm_nas.measure.environment import describe, utc_now
+from dippm_nas.measure.host import measure_host_cost
+from dippm_nas.measure.manifest import records_manifest
+from dippm_nas.measure.runner import COLUMNS, append_rows, run
+from dippm_nas.measure.sweep import run_sweep
+
+#: The batch sizes and precisions of the campaign's model manifest, in the order they are measured:
+#: PyTorch's fp32 defaults and fp16 autocast for every model first, then bf16 and strict fp32.
+CAMPAIGN_BATCHES = (1, 8, 64, 256)
+FIRST_PRECISIONS = ("fp32", "fp16")
+LATER_PRECISIONS = ("bf16", "fp32-strict")
+
+#: Columns of the host-cost file.
+HOST_COLUMNS = ["key", "kind", "precision", "host_us", "gpu_us", "chain", "error", "device_kind", "gpu_name",
+                "driver", "cuda", "cudnn", "torch", "timm", "cpu", "method", "measured_by", "date"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the plan: ``share`` of the time left when it starts (the last step takes all of it;
+    ``cap_s`` bounds a step that needs little)."""
+
+    name: str
+    share: float
+    describe: str
+    cap_s: float | None = None
+
+
+#: The plan: in this order, each step with its share of the time left when it starts.
+PLAN = (
+    Step("host", 0.05, "eager's per-operator host cost, once (a few seconds)", cap_s=60.0),
+    Step("sweep", 0.35, "operator sweep: GEMM, conv, norms, attention... at every precision"),
+    Step("models", 0.85, "the model manifest: fp32 and fp16 first, then bf16 and fp32-strict"),
+    Step("kernels", 1.0, "kernel profiles of one model per family (torch.profiler)"),
+)
+
+
+def step_budget(step: Step, left_s: float) -> float:
+    """What ``step`` may spend when ``left_s`` seconds are left: its share, within its cap.
+
+    >>> step_budget(PLAN[1], 500.0)
+    175.0
+    >>> step_budget(PLAN[0], 2000.0)  # the host step is capped
+    60.0
+    """
+    budget = max(0.0, left_s) * step.share
+    return min(budget, step.cap_s) if step.cap_s is not None else budget
+
+
+def describe_plan(budget_s: float) -> list[str]:
+    """The plan as lines a person reads before lending it a GPU: each step with the most it may take
+    if every step before it used all of its time.
+
+    >>> describe_plan(540.0)[2]
+    '  2. sweep    up to 180 s: operator sweep: GEMM, conv, norms, attention... at every precision'
+    """
+    lines, left = [f"campaign plan for {budget_s:.0f} s (a step that ends early hands its time on):"], budget_s
+    for i, step in enumerate(PLAN, 1):
+        budget = step_budget(step, left)
+        lines.append(f"  {i}. {step.name:8s} up to {budget:.0f} s: {step.describe}")
+        left -= budget
+    return lines
+
+
+def gpu_slug(device_kind: str) -> str:
+    """A file name for this machine's GPU (``cpu`` on the CPU): its name, lower case, dashes between words.
+
+    >>> gpu_slug("cpu")
+    'cpu'
+    """
+    if device_kind != "cuda":
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-")
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(newline="") as fh:
+        return next(csv.reader(fh), [])
+
+
+def model_rows_file(out_dir: Path, slug: str, columns: list[str] = COLUMNS) -> Path:
+    """``out_dir/<slug>.csv``, or the first ``<slug>-N.csv`` that is new or has these columns: rows of an
+    older protocol stay in their own file, as written."""
+    for n in range(1, 100):
+        path = out_dir / (f"{slug}.csv" if n == 1 else f"{slug}-{n}.csv")
+        if not path.exists() or path.stat().st_size == 0 or _header(path) == columns:
+            return path
+    raise RuntimeError(f"{out_dir} holds 99 model files for {slug} of other protocols; give another --out-dir")
+
+
+def campaign_manifest(records_csv: str | Path, seed: int = 0, per_family: int = 2) -> list[MeasureConfig]:
+    """The models of the data set (at the input size they were measured at), families with the fewest
+    records first; every model at fp32 and fp16 first, then the same models at bf16 and fp32-strict,
+    each at CAMPAIGN_BATCHES."""
+    records = Path(records_csv)
+    first = records_manifest(records, seed, per_family, CAMPAIGN_BATCHES, FIRST_PRECISIONS)
+    later = records_manifest(records, seed, per_family, CAMPAIGN_BATCHES, LATER_PRECISIONS)
+    with records.open(newline="") as fh:
+        rows_per_family = Counter(row["family"] for row in csv.DictReader(fh))
+    rank: dict[str, int] = {}  # a model's place within its family: 0 for the first one drawn
+    seen: Counter = Counter()
+    for model, family in dict.fromkeys((c.model, c.family) for c in first):
+        rank[model], seen[family] = seen[family], seen[family] + 1
+
+    def fewest_first(configs: list[MeasureConfig]) -> list[MeasureConfig]:
+        """One model of every family before a second of any, the least measured families first; stable."""
+        return sorted(configs, key=lambda c: (rank[c.model], rows_per_family[c.family]))
+
+    return fewest_first(first) + fewest_first(later)
+
+
+def measure_host(out: Path, device_kind: str, measured_by: str, progress: Callable[[str], None]) -> int:
+    """The host-cost step: one row per operator kind and precision, unless ``out`` has this run's already
+    (the host does not change between leases of the same machine kind, so one measurement a file)."""
+    if out.exists() and out.stat().st_size > 0:
+        progress(f"host cost already in {out}")
+        return 0
+    cost = measure_host_cost(device_kind)
+    env = describe(device_kind).as_row()
+    rows = []
+    for precision, kinds in cost.host_us.items():
+        for kind, host_us in kinds.items():
+            rows.append({"key": f"{kind}|{precision}", "kind": kind, "precision": precision, "host_us": host_us,
+                         "gpu_us": cost.gpu_us.get(precision, {}).get(kind), "chain": cost.chain,
+                         **{k: env[k] for k in HOST_COLUMNS if k in env}, "method": cost.method,
+                         "measured_by": measured_by, "date": utc_now()})
+    for precision, failures in cost.errors.items():
+        for kind, error in failures.items():
+            rows.append({"key": f"{kind}|{precision}", "kind": kind, "precision": precision, "error": error,
+                         **{k: env[k] for k in HOST_COLUMNS if k in env}, "method": cost.method,
+                         "measured_by": measured_by, "date": utc_now()})
+    append_rows(out, rows, HOST_COLUMNS)
+    progress(f"host cost: {cost.us_per_op:.1f} us per operator (fp32), {cost.us_per_op_autocast:.1f} (fp16 autocast)"
+             f" -> {out}")
+    return len(rows)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step did: how many rows (or points) it wrote, its budget and the time it took."""
+
+    step: str
+    measured: int
+    budget_s: float
+    took_s: float
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda",
+                 manifest: Iterable[MeasureConfig] | None = None, records_csv: str | Path = "data/records.csv",
+                 kernels_manifest: str | Path | None = "data/manifests/kernels_per_family.csv", seed: int = 0,
+                 measured_by: str = "dippm-nas harness", progress: Callable[[str], None] = _stderr,
+                 steps: tuple[str, ...] = tuple(s.name for s in PLAN)) -> list[StepResult]:
+    """Run the plan's ``steps`` within ``budget_s`` seconds in all; returns what each did.
+
+    ``manifest`` is the model configurations (default: :func:`campaign_manifest` of ``records_csv``);
+    ``kernels_manifest`` the configurations to profile (None: no kernel step).
+    """
+    if device_kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the campaign")
+    out_dir, start = Path(out_dir), time.monotonic()
+    slug = gpu_slug(device_kind)
+    for line in describe_plan(budget_s):
+        progress(line)
+    results = []
+    for step in PLAN:
+        if step.name not in steps:
+            continue
+        left = budget_s - (time.monotonic() - start)
+        budget = step_budget(step, left)
+        began = time.monotonic()
+        progress(f"== {step.name}: {budget:.0f} s of {left:.0f} s left")
+        if budget < 1.0:
+            progress(f"{step.name}: no time left; a later lease continues here")
+            measured = 0
+        elif step.name == "host":
+            measured = measure_host(out_dir / "host" / f"{slug}.csv", device_kind, measured_by, progress)
+        elif step.name == "sweep":
+            measured = run_sweep(out_dir / "sweeps" / f"{slug}.csv", device_kind, budget, seed, measured_by, progress)
+        elif step.name == "models":
+            configs = list(manifest) if manifest is not None else campaign_manifest(records_csv, seed)
+            measured = run(configs, model_rows_file(out_dir, slug), device_kind, budget, measured_by, progress)
+        else:
+            if kernels_manifest is None:
+                continue
+            measured = run(read_manifest(kernels_manifest), out_dir / "kernels" / f"{slug}.csv", device_kind, budget,
+                           measured_by, progress, what="kernels")
+        results.append(StepResult(step.name, measured, budget, time.monotonic() - began))
+    total = time.monotonic() - start
+    progress(f"campaign done in {total:.0f} s of {budget_s:.0f}: "
+             + ", ".join(f"{r.step} {r.measured}" for r in results))
+    return results

@@ -1,0 +1,120 @@
+"""The campaign in CPU mode: its plan honours the budget, every step writes its own file, a second run
+continues the first."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+
+from dippm_nas.measure import MeasureConfig
+from dippm_nas.measure.campaign import (
+    PLAN,
+    campaign_manifest,
+    describe_plan,
+    model_rows_file,
+    run_campaign,
+    step_budget,
+)
+from dippm_nas.measure.runner import COLUMNS
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _factories_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("budget_s", [30.0, 540.0, 3600.0])
+def test_the_plan_never_gives_out_more_than_the_budget(budget_s):
+    left, given = budget_s, []
+    for step in PLAN:
+        given.append(step_budget(step, left))
+        left -= given[-1]
+    assert sum(given) <= budget_s + 1e-9
+    assert all(g >= 0 for g in given) and given[-1] == pytest.approx(left + given[-1])  # the last takes the rest
+    assert len(describe_plan(budget_s)) == len(PLAN) + 1
+
+
+def test_the_manifest_measures_fp32_and_fp16_first_and_the_least_measured_families_first():
+    configs = campaign_manifest(ROOT / "data" / "records.csv", per_family=1)
+    precisions = [c.precision for c in configs]
+    half = len(configs) // 2
+    assert set(precisions[:half]) == {"fp32", "fp16"} and set(precisions[half:]) == {"bf16", "fp32-strict"}
+    assert {c.batch for c in configs} == {1, 8, 64, 256}
+    with (ROOT / "data" / "records.csv").open(newline="") as fh:
+        counts: dict[str, int] = {}
+        for row in csv.DictReader(fh):
+            counts[row["family"]] = counts.get(row["family"], 0) + 1
+    families = list(dict.fromkeys(c.family for c in configs[:half]))
+    assert [counts[f] for f in families] == sorted(counts[f] for f in families)
+
+
+def test_model_rows_of_an_older_protocol_keep_their_file(tmp_path):
+    (tmp_path / "cpu.csv").write_text("key,model,latency_ms_median\n")
+    assert model_rows_file(tmp_path, "cpu") == tmp_path / "cpu-2.csv"
+    (tmp_path / "cpu-2.csv").write_text(",".join(COLUMNS) + "\n")
+    assert model_rows_file(tmp_path, "cpu") == tmp_path / "cpu-2.csv"
+
+
+def test_a_campaign_on_the_cpu_keeps_its_budget_and_a_second_one_continues(tmp_path):
+    manifest = [MeasureConfig("tiny_models:tiny", (3, 16, 16), batch=b, precision=p, source="callable")
+                for b in (1,) for p in ("fp32", "fp16")]
+    kernels = tmp_path / "kernels.csv"
+    kernels.write_text("model,input_shape,batch,precision,source,family,layout\n"
+                       "tiny_models:tiny,3x16x16,2,fp32,callable,,nchw\n")
+    budget = 40.0
+    began = time.monotonic()
+    results = run_campaign(tmp_path / "out", budget, "cpu", manifest=manifest, kernels_manifest=kernels,
+                           progress=lambda line: None)
+    took = time.monotonic() - began
+    assert [r.step for r in results] == ["host", "sweep", "models", "kernels"]
+    assert took <= budget * 1.1  # a step stops before its budget, a configuration or point in flight at most
+    elapsed = 0.0
+    for r in results:  # a step is given at most what is left when it starts
+        assert r.budget_s <= budget - elapsed + 1e-6
+        elapsed += r.took_s
+    out = tmp_path / "out"
+    host, sweep, models = _rows(out / "host" / "cpu.csv"), _rows(out / "sweeps" / "cpu.csv"), _rows(out / "cpu.csv")
+    assert {r["precision"] for r in host} == {"fp32", "fp16"} and all(float(r["host_us"]) > 0 for r in host)
+    assert len(sweep) > 0 and len({r["key"] for r in sweep}) == len(sweep)
+    assert models and {r["key"] for r in models} <= {c.key for c in manifest}
+
+    again = run_campaign(tmp_path / "out", budget, "cpu", manifest=manifest, kernels_manifest=kernels,
+                         progress=lambda line: None)
+    assert {r.step: r.measured for r in again}["host"] == 0  # one host measurement a file
+    swept, models = _rows(out / "sweeps" / "cpu.csv"), _rows(out / "cpu.csv")
+    assert len({r["key"] for r in swept}) == len(swept) > len(sweep)  # the sweep went on, nothing twice
+    assert sorted(r["key"] for r in models) == sorted(c.key for c in manifest)  # done, each once
+    assert len(_rows(out / "kernels" / "cpu.csv")) > 0
+
+
+def test_the_cli_prints_the_plan_and_refuses_bad_input_in_one_line(capsys, tmp_path):
+    from dippm_nas.cli import main
+
+    assert main(["campaign", "--budget-s", "540", "--plan"]) == 0
+    assert "sweep" in capsys.readouterr().out
+    for argv in (["campaign", "--budget-s", "0"],
+                 ["campaign", "--budget-s", "60", "--device", "cpu", "--manifest", str(tmp_path / "none.csv")],
+                 ["campaign", "--budget-s", "60", "--device", "cpu", "--records", str(tmp_path / "none.csv")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_the_campaign_needs_no_tvm():
+    import subprocess
+    import sys
+
+    code = ("import sys, dippm_nas.measure.campaign, dippm_nas.cli; dippm_nas.cli.build_parser(); "
+            "assert 'tvm' not in sys.modules, 'the campaign imported TVM'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
