@@ -1,9 +1,12 @@
-"""``hf:<model_type>``: a Hugging Face ``transformers`` architecture from its default config.
+"""``hf:<model_type>`` or ``hf:<config.json>``: a Hugging Face ``transformers`` architecture from a config.
 
-Nothing is downloaded: the config is the library's default for that model type (``bert`` is
-bert-base, ``gpt2`` is GPT-2 small), or one passed in as a ``PretrainedConfig``; the model is built
-on the ``meta`` device. Inputs default to token ids, int64, ``batch x 128``. Needs the optional extra
-``pip install 'dippm-nas[transformers]'``.
+Nothing is downloaded. ``hf:<model_type>`` takes the library's default config for that model type
+(``bert`` is bert-base, ``gpt2`` is GPT-2 small) and builds the bare model (``AutoModel``);
+``hf:path/to/config.json`` reads a config file and builds the architecture the file names in its
+``architectures`` list, head included (``GPT2LMHeadModel``), as a benchmark that measured that config
+ran it; a ``PretrainedConfig`` object builds the bare model. Every model is built on the ``meta``
+device with eager attention. Inputs default to token ids, int64, ``batch x 128``. Needs the optional
+extra ``pip install 'dippm-nas[transformers]'``.
 """
 
 from __future__ import annotations
@@ -38,15 +41,38 @@ def _accepts_cache(model: torch.nn.Module) -> bool:
     return bool(getattr(getattr(model, "config", None), "use_cache", False))
 
 
-def build_from_config(config: object) -> torch.nn.Module:
-    """The ``AutoModel`` of ``config`` on the ``meta`` device, with eager attention."""
-    from transformers import AutoModel
+def build_from_config(config: object, architecture: str | None = None) -> torch.nn.Module:
+    """The ``AutoModel`` of ``config`` (or the transformers class ``architecture``) on the ``meta``
+    device, with eager attention."""
+    import transformers
 
     # Eager attention: TVM's importer takes only float masks for SDPA, and transformers builds
     # boolean ones. The matmuls and the softmax are then explicit nodes of the graph.
     config._attn_implementation = "eager"  # type: ignore[attr-defined]
+    if architecture is not None and not hasattr(transformers, architecture):
+        raise ModelLoadError(f"transformers has no architecture {architecture!r} (the config names it); "
+                             f"transformers {transformers.__version__} is installed.")
     with torch.device("meta"):
-        return AutoModel.from_config(config)
+        if architecture is None:
+            return transformers.AutoModel.from_config(config)
+        return getattr(transformers, architecture)(config)
+
+
+def config_file(path: str) -> tuple[object, str | None]:
+    """A config JSON file's ``PretrainedConfig`` and the architecture it names (None if it names none)."""
+    import json
+    from pathlib import Path
+
+    transformers = import_extra("transformers", "transformers", "Hugging Face models")
+    file = Path(path)
+    if not file.is_file():
+        raise ModelLoadError(f"no transformers config file at {path}.")
+    raw = json.loads(file.read_text())
+    if "model_type" not in raw:
+        raise ModelLoadError(f"{path} has no model_type: not a transformers config.")
+    config = transformers.AutoConfig.for_model(**raw)
+    architectures = raw.get("architectures") or [None]
+    return config, architectures[0]
 
 
 def config_for(model_type: str, **overrides: object) -> object:
@@ -61,9 +87,14 @@ def config_for(model_type: str, **overrides: object) -> object:
 
 
 def load_transformers(target: str | object, inputs: InputSpec | None, batch: int) -> LoadedModel:
-    """``hf:<model_type>`` or a ``PretrainedConfig`` into Relax; no ``inputs`` means 128 int64 token ids."""
-    config = config_for(target.removeprefix(PREFIX)) if isinstance(target, str) else target
-    model = _TokenIdsOnly(build_from_config(config))
+    """``hf:<model_type>``, ``hf:<config.json>`` or a ``PretrainedConfig`` into Relax; no ``inputs`` means
+    128 int64 token ids."""
+    architecture = None
+    if isinstance(target, str) and target.endswith(".json"):
+        config, architecture = config_file(target.removeprefix(PREFIX))
+    else:
+        config = config_for(target.removeprefix(PREFIX)) if isinstance(target, str) else target
+    model = _TokenIdsOnly(build_from_config(config, architecture))
     spec = inputs or (TensorSpec((DEFAULT_SEQUENCE_LENGTH,), "int64", "input_ids"),)
     model_type = getattr(config, "model_type", "transformers")
     name = target if isinstance(target, str) else f"{PREFIX}{model_type}"

@@ -41,7 +41,11 @@ def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
     model, _, size = rest.rpartition("@")
     start = time.perf_counter()
     try:
-        graph = build_graph(model, TensorSpec((3, int(size), int(size))), batch=1)
+        if source == "neusight":  # a transformers config of data/neusight, at a sequence length of token ids
+            config = project().neusight / "model_configs" / f"{model}.json"
+            graph = build_graph(f"hf:{config}", TensorSpec((int(size),), "int64", "input_ids"), batch=1)
+        else:  # a timm name or module:factory, at an image size
+            graph = build_graph(model, TensorSpec((3, int(size), int(size))), batch=1)
         return graph_key, graph_to_bytes(graph), "", time.perf_counter() - start
     except Exception as exc:  # every failure is listed with its reason
         reason = one_line(exc)

@@ -44,6 +44,17 @@ class Project:
         return self.data / "measurements"
 
     @property
+    def imported_harness_rows(self) -> list[Path]:
+        """Rows of our harness measured outside a campaign and imported as they are (``data/h200``: a
+        held-out check on an H200); its ``h200_repeat.csv`` repeats twelve of them and stays out."""
+        return [self.data / "h200" / "h200.csv", self.data / "h200" / "h200b.csv"]
+
+    @property
+    def neusight(self) -> Path:
+        """NeuSight's measured transformer latencies (A100-PCIE-40GB, V100-PCIE-32GB, T4), as published."""
+        return self.data / "neusight"
+
+    @property
     def records(self) -> Path:
         """The data set ``dippm-nas dataset`` writes: one row per measured configuration."""
         return self.data / "records.csv"

@@ -3,7 +3,8 @@
 Sources, each imported as it is (never edited, never interpolated):
 * ``data/timm/benchmark-*.csv``: timm's published inference benchmarks (latency only);
 * ``data/measurements/*.csv``: rows written by our harness (``dippm-nas measure``), with latency,
-  energy and memory.
+  energy and memory; ``data/h200/h200*.csv``: rows of the same harness taken as a held-out check;
+* ``data/neusight/label``: NeuSight's whole-model latencies of transformers at fp32 (latency only).
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ TIMM_PROTOCOL = ("timm benchmark.py inference: AMP (fp16 autocast), random weigh
 GPU_NAMES = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200", "NVIDIA A100-SXM4-40GB": "a100-40gb",
              "NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA GeForce RTX 4090": "rtx4090",
              "NVIDIA GeForce RTX 3090": "rtx3090"}
+#: NeuSight's GPU folder names -> device registry keys.
+NEUSIGHT_GPUS = {"NVIDIA_A100-PCIE-40GB": "a100-40gb-pcie", "Tesla_V100-PCIE-32GB": "v100-pcie-32gb",
+                 "Tesla_T4": "t4"}
+#: How NeuSight measured its labels (its ``neusight/Tracing/trace.py``, ``measure_e2e``).
+NEUSIGHT_PROTOCOL = ("NeuSight measure_e2e: transformers model from its config (the architecture the config "
+                     "names, eager attention), random weights, fp32 without autocast (cuDNN TF32 off, matmuls "
+                     "full fp32), eval, no_grad, token ids of ones batch x seqlen int64; CUDA events around each "
+                     "forward, mean of the fastest runs")
+NEUSIGHT_SOURCE = "NeuSight project (sitar-lab/NeuSight, scripts/asplos/label, MIT licence)"
+_NEUSIGHT_LABEL = re.compile(r"(?P<model>[a-z0-9_]+)-inf-(?P<seqlen>\d+)-(?P<batch>\d+)\.json")
 
 
 #: ``Record.memory_measure``: NVML's per-process memory, what a MIG slice limits.
@@ -117,6 +128,42 @@ def timm_records(folder: Path | None = None) -> list[Record]:
     return records
 
 
+def _origin(path: Path, root: Path) -> str:
+    """Where a record came from, relative to the project when it is inside it."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def neusight_records(folder: Path | None = None) -> list[Record]:
+    """NeuSight's whole-model latencies in ``folder`` (the project's ``data/neusight``): one record per
+    ``label/<GPU>/<model>-inf-<seqlen>-<batch>.json`` of a GPU in the registry; its fused-operator
+    protocol (``-fusion``) is another measurement and stays out. The record's ``image_size`` is the
+    sequence length."""
+    import json
+
+    folder = folder or project().neusight
+    root, records = project().root, []
+    for gpu_dir in sorted((folder / "label").glob("*")):
+        device = NEUSIGHT_GPUS.get(gpu_dir.name)
+        if device is None:
+            continue
+        for path in sorted(gpu_dir.glob("*.json")):
+            m = _NEUSIGHT_LABEL.fullmatch(path.name)
+            if m is None:
+                continue
+            config = json.loads((folder / "model_configs" / f"{m['model']}.json").read_text())
+            label = json.loads(path.read_text())
+            records.append(Record(
+                model=m["model"], source="neusight", family=config.get("model_type", ""),
+                image_size=int(m["seqlen"]), batch=int(m["batch"]), precision="fp32", layout="nchw", device=device,
+                torch="", cuda="", latency_ms=_float(str(label.get("e2e_latency", ""))), energy_j=None,
+                memory_mb=None, measured_by=NEUSIGHT_SOURCE, date="", protocol=NEUSIGHT_PROTOCOL,
+                origin=_origin(path, root)))
+    return records
+
+
 def _memory(row: dict[str, str]) -> tuple[float | None, str]:
     """A harness row's memory target and what it measured: NVML's per-process figure where the row has
     one (the second protocol), else the context plus peak reserved (the first)."""
@@ -127,13 +174,15 @@ def _memory(row: dict[str, str]) -> tuple[float | None, str]:
     return total, MEMORY_CONTEXT_RESERVED if total is not None else ""
 
 
-def harness_records(folder: Path | None = None) -> list[Record]:
-    """The harness's rows in ``folder`` (the project's ``data/measurements``) that measured a GPU, at a
-    precision the cost models take (fp32-strict and tf32 rows stay in their files until they do)."""
+def harness_records(folder: Path | None = None, files: list[Path] | None = None) -> list[Record]:
+    """The harness's rows in ``files`` (default: the CSVs of ``folder``, the project's
+    ``data/measurements``) that measured a GPU, at a precision the cost models take (fp32-strict and
+    tf32 rows stay in their files until they do)."""
     from dippm_nas.hardware.registry import PRECISIONS
 
     records = []
-    for path in sorted((folder or project().measurements).glob("*.csv")):
+    root = project().root
+    for path in files if files is not None else sorted((folder or project().measurements).glob("*.csv")):
         with path.open(newline="") as fh:
             for row in csv.DictReader(fh):
                 if row.get("status") != "ok" or row.get("device_kind") != "cuda" or row["precision"] not in PRECISIONS:
@@ -146,7 +195,7 @@ def harness_records(folder: Path | None = None) -> list[Record]:
                     device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"], cuda=row["cuda"],
                     latency_ms=_float(row["latency_ms_median"]), energy_j=_float(row["energy_j"]),
                     memory_mb=memory, measured_by=row["measured_by"], date=row["date"],
-                    protocol=row["protocol"], origin=f"data/measurements/{path.name}", memory_measure=measure,
+                    protocol=row["protocol"], origin=_origin(path, root), memory_measure=measure,
                 ))
     return records
 
@@ -197,8 +246,9 @@ def operator_times(path: Path) -> dict[ProfiledRun, dict[str, float]]:
 
 def load_records() -> list[Record]:
     """Every record of the current project with a latency; the harness's ``test_`` models are left out."""
-    return [r for r in timm_records() + harness_records()
-            if r.latency_ms is not None and not r.model.startswith("test_")]
+    imported = harness_records(files=[p for p in project().imported_harness_rows if p.exists()])
+    every = timm_records() + harness_records() + imported + neusight_records()
+    return [r for r in every if r.latency_ms is not None and not r.model.startswith("test_")]
 
 
 def write_records(records: list[Record], path: Path | None = None) -> None:

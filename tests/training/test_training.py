@@ -142,7 +142,7 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     ts = small_training_set
     assert ts.static.shape[0] == len(ts.records)
     # energy and memory exist exactly where our harness measured: timm's benchmarks have latency only
-    harness = np.array([r.origin.startswith("data/measurements/") for r in ts.records])
+    harness = np.array([r.origin.startswith(("data/measurements/", "data/h200/")) for r in ts.records])
     assert harness.any() and (~np.isnan(ts.targets[:, 1:]) == harness[:, None]).all()
     # each record weighs its own graph's operators, by the analytical time of its batch and device
     assert all(len(s) == len(ts.x[g]) and s.sum() == pytest.approx(1, rel=1e-4)
@@ -190,7 +190,9 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     everything = np.arange(len(ts.records))
     save(a, ts, everything, tmp_path / "all", {})
     card = PMGNSCostModel(tmp_path / "all").card
-    assert card.target_devices["energy_j"] == ("h100-sxm",) and "memory_mb" not in card.target_devices
+    measured_energy = tuple(sorted({r.device for r in ts.records if r.energy_j is not None}))
+    assert measured_energy and card.target_devices["energy_j"] == measured_energy
+    assert "memory_mb" not in card.target_devices
     assert set(card.target_devices["latency_ms"]) == {r.device for r in ts.records}
     on_h100 = PMGNSCostModel(tmp_path / "all").estimate(graph, get_device("h100-sxm"), "fp16")
     assert "energy learned" in on_h100.cost_model and "memory analytical" in on_h100.cost_model
@@ -202,12 +204,12 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     save(corrects_all, ts, everything, tmp_path / "all", {})
     load.cache_clear()
     learned_all = PMGNSCostModel(tmp_path / "all")
-    assert learned_all.card.target_devices["memory_mb"] == ("h100-sxm",)
+    assert learned_all.card.target_devices["memory_mb"] == measured_energy  # the harness measured both
     assert "memory learned" in learned_all.estimate(graph, get_device("h100-sxm"), "fp16").cost_model
     with pytest.raises(ValueError, match="corrected_targets"):
         TrainConfig(corrected_targets=("memory_mb",))
-    with pytest.raises(NotCovered, match="not fp32"):
-        learned.estimate(graph, get_device("rtx4090"), "fp32")
+    with pytest.raises(NotCovered, match="not bf16"):  # a precision none of its records measured
+        learned.estimate(graph, get_device("rtx4090"), "bf16")
     assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
 
 
@@ -394,3 +396,25 @@ def test_a_prediction_says_how_far_it_is_from_the_training_data():
     assert coverage_notes(without, "convnext", 8) == (
         "PMGNS trained on rtx3090; model family convnext was not in its training data "
         "(its error on unseen families: docs/accuracy.md)",)
+
+
+def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu(small_training_set, tmp_path):
+    from dippm_nas.training.accuracy_report import write_transfer_report
+    from dippm_nas.training.train import TrainConfig
+    from dippm_nas.training.transfer import evaluate_transfer, leave_gpu_out
+
+    ts = small_training_set
+    for gpu in set(ts.devices):
+        split = leave_gpu_out(ts.devices, gpu)
+        assert set(ts.devices[split.test]) == {gpu} and gpu not in set(ts.devices[split.train])
+        assert gpu not in set(ts.devices[split.val]) and len(split.test) == int((ts.devices == gpu).sum())
+    result = evaluate_transfer(ts, TrainConfig(epochs=1, batch_size=16), gpus=["rtx4090", "h100-sxm"],
+                               progress=False)
+    [rtx, h100] = result.held_out
+    assert set(rtx.predicted) == {"analytical", "PMGNS"} and rtx.metrics(1) == {}  # timm measured no energy
+    assert h100.metrics(1) and rtx.metrics(0)["analytical"]["mape"] == pytest.approx(
+        mape(ts.analytical[rtx.split.test, 0], ts.targets[rtx.split.test, 0]))
+    report = write_transfer_report(result, ts, tmp_path).read_text()
+    assert "| rtx4090 |" in report and "| h100-sxm |" in report and "fp16, batch" in report
+    with pytest.raises(ValueError, match="no record of t4"):
+        evaluate_transfer(ts, TrainConfig(epochs=1), gpus=["t4"], models=("analytical",), progress=False)
