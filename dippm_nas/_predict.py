@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dippm_nas.cost import NodeCost, NotCovered, Prediction, get_cost_model
+from dippm_nas._model_cache import cached_graph
+from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
 from dippm_nas.errors import DippmError
-from dippm_nas.frontends import load_model
-from dippm_nas.graph import relax_to_graph
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, fits, select_mig_profile
+from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
 from dippm_nas.hardware.registry import Device, check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
 
@@ -18,7 +17,12 @@ DEFAULT_DEVICE = "a100-40gb"
 
 
 def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> ModelGraph:
-    """Import ``model`` (see :func:`dippm_nas.frontends.load_model`) and turn it into a ModelGraph."""
+    """Import ``model`` (see :func:`dippm_nas.frontends.load_model`) and turn it into a ModelGraph, every
+    time: :func:`dippm_nas.predict` reads a model's graph from the disk cache where it can
+    (:mod:`dippm_nas._model_cache`). The frontends and TVM are imported here, on first use."""
+    from dippm_nas.frontends import load_model
+    from dippm_nas.graph.from_relax import relax_to_graph
+
     loaded = load_model(model, input_shape, batch)
     graph = relax_to_graph(loaded.mod, loaded.name)
     return replace(graph, source=loaded.source, family=loaded.family, warnings=loaded.warnings)
@@ -27,20 +31,72 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
                   cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
                   layout: str = "nchw") -> Prediction:
-    """Predict for a graph already built (its batch size is the graph's)."""
+    """Predict for a graph already built (its batch size is the graph's).
+
+    ``fits`` says whether the predicted memory plus the ``mig_margin`` fits the device's memory (a MIG
+    slice's usable memory); where it does not, the first note says by how much and about which batch
+    would. On a MIG slice (``"h100-sxm:7g.80gb"``) the prediction is the slice's: ``mig_profile`` is
+    that slice where the model fits it (else None) and ``mig_reason`` says so. ``latency_error`` is the
+    answering cost model's error on comparable held-out records, also the last note.
+    """
     gpu = get_device(device)
     check_precision(precision)
     check_layout(layout)
     estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model)
-    choice = select_mig_profile(estimate.memory_mib, gpu if not gpu.slice_of else gpu.key.split(":")[0], mig_margin)
-    notes = tuple(graph.warnings) + estimate.notes + fallback
+    need = required_memory(estimate.memory_mib, mig_margin)
+    fits_memory = need <= gpu.memory_mib
+    if gpu.slice_of:
+        profile, reason = _slice_fit(estimate.memory_mib, gpu, mig_margin, fits_memory)
+    else:
+        choice = select_mig_profile(estimate.memory_mib, gpu, mig_margin)
+        profile, reason = choice.profile, choice.reason
+    memory_note = () if fits_memory else (_out_of_memory_note(estimate, gpu, graph.batch, mig_margin),)
+    error_note = (estimate.error.note,) if estimate.error else ()
+    notes = memory_note + tuple(graph.warnings) + estimate.notes + fallback + error_note
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
-        memory_mb=estimate.memory_mib, mig_profile=choice.profile, device=gpu.key,
+        memory_mib=estimate.memory_mib, mig_profile=profile, device=gpu.key,
         precision=precision, batch=graph.batch, cost_model=estimate.cost_model, layout=layout,
-        mig_reason=choice.reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
-        notes=notes, estimate=estimate,
+        mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
+        notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=estimate.error,
+        estimate=estimate,
     )
+
+
+def _slice_fit(memory_mib: float, gpu: Device, margin: float, fits_slice: bool) -> tuple[str | None, str]:
+    """The MIG profile and reason of a prediction made on a slice: the slice itself where the model fits it."""
+    whole = get_device(gpu.key.split(":")[0])
+    need = required_memory(memory_mib, margin)
+    smallest = select_mig_profile(memory_mib, whole, margin).profile
+    verdict = "fits in" if fits_slice else "exceeds"
+    reason = (f"the {gpu.slice_of} slice of {whole.key}: {need:.0f} MiB (memory + {margin:.0%} margin) {verdict} "
+              f"its {gpu.memory_mib:.0f} MiB usable")
+    if smallest is None:
+        reason += f"; no profile of {whole.key} holds it"
+    elif smallest != gpu.slice_of:
+        reason += f"; the smallest profile that holds it is {smallest}"
+    return (gpu.slice_of if fits_slice else None), reason
+
+
+def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: float) -> str:
+    """Why a model does not fit ``gpu``, and about which batch would: its activations grow with the batch,
+    its context, weights and workspace do not."""
+    need = required_memory(estimate.memory_mib, margin)
+    where = f"the {gpu.memory_mib:,.0f} MiB usable in {gpu.key}" if gpu.slice_of else \
+        f"the {gpu.memory_mib:,.0f} MiB of {gpu.key}"
+    note = (f"does not fit: {estimate.memory_mib:,.0f} MiB predicted, {need:,.0f} MiB with the {margin:.0%} margin, "
+            f"exceeds {where}")
+    m = estimate.memory
+    if m is not None:
+        fixed = m.context_mib + m.weights_mib + m.workspace_mib + m.modules_mib
+        per_batch = (m.activations_mib + m.allocator_mib) / batch
+        room = gpu.memory_mib / (1 + margin) - fixed
+        if room <= 0:
+            return note + f"; the context, weights and workspace alone take {fixed:,.0f} MiB: choose a larger device"
+        if per_batch > 0 and room // per_batch >= 1:
+            return note + (f"; about batch {int(room // per_batch):,} or less would fit (activations grow with the "
+                           "batch), or choose a lower precision or a larger device")
+    return note + "; choose a smaller batch, a lower precision or a larger device"
 
 
 def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str):
@@ -66,21 +122,23 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     ``nhwc`` (channels_last). Nothing runs on a GPU and no weights are materialised.
 
     >>> p = predict("resnet18", batch=8, device="h100-sxm", precision="fp16")
-    >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mb < 2000
-    ('pmgns', '1g.10gb', True)
+    >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mib < 2000, p.fits
+    ('pmgns', '1g.10gb', True, True)
     """
-    graph = checked_graph(model, input_shape, batch, device, precision, layout)
+    graph = checked_graph(model, input_shape, batch, device, precision, layout, mig_margin)
     return predict_graph(graph, device, precision, cost_model, mig_margin, layout=layout)
 
 
 def checked_graph(model: Any, input_shape: InputLike, batch: int, device: str | Device, precision: str,
-                  layout: str) -> ModelGraph:
+                  layout: str, mig_margin: float = DEFAULT_MIG_MARGIN) -> ModelGraph:
     """The model's graph at ``batch``, once the prediction's arguments are checked: bad ones fail
-    before the slow export."""
+    before the slow export. A graph built before is read from the user's disk cache
+    (:mod:`dippm_nas._model_cache`: ``DIPPM_NAS_CACHE_DIR``, ``DIPPM_NAS_NO_CACHE=1``), without TVM."""
     get_device(device)
     check_precision(precision)
     check_layout(layout)
-    return build_graph(model, input_shape, check_batch(batch))
+    check_mig_margin(mig_margin)
+    return cached_graph(model, input_shape, check_batch(batch), build_graph)
 
 
 def slowest_operators(graph: ModelGraph, prediction: Prediction, n: int) -> tuple[list[NodeCost], str]:
@@ -95,7 +153,11 @@ def slowest_operators(graph: ModelGraph, prediction: Prediction, n: int) -> tupl
 
 @dataclass(frozen=True)
 class SliceEstimate:
-    """One MIG profile: does the model fit, and how fast it runs there."""
+    """One MIG profile: does the model fit, and how fast it runs there.
+
+    ``latency_ms`` and ``energy_j`` are for the whole batch, ``memory_mib`` in MiB; ``cost_model`` is the
+    model that answered, the same as for the whole GPU (:func:`mig_table`).
+    """
 
     profile: str
     usable_mib: float
@@ -103,21 +165,45 @@ class SliceEstimate:
     fits: bool
     latency_ms: float
     energy_j: float
+    memory_mib: float = 0.0
+    energy_j_per_sample: float = 0.0
+    cost_model: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        """The fields as JSON-ready values."""
+        return dict(vars(self))
 
 
-def mig_table(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
+def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
               cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
-              layout: str = "nchw") -> list[SliceEstimate]:
-    """Every MIG profile of ``device`` with fit and latency on that slice."""
+              input_shape: InputLike = None, batch: int = 8, layout: str = "nchw") -> list[SliceEstimate]:
+    """Every MIG profile of ``device`` with fit, latency and energy on that slice.
+
+    ``model`` is a :class:`ModelGraph` (its batch is the graph's) or anything :func:`predict` takes, with
+    its ``input_shape`` and ``batch``. Every slice is predicted by the cost model that answers for the
+    whole GPU (``auto``: PMGNS where it was trained, its correction then applied to each slice's
+    roofline), so a slice with all of the GPU's SMs predicts as the GPU does. A slice key
+    (``a100-40gb:1g.5gb``) stands for its GPU.
+
+    >>> rows = mig_table("resnet18", "h100-sxm", "fp16", batch=8)
+    >>> rows[0].profile, rows[0].fits, rows[0].cost_model.split(" ")[0], len({r.cost_model for r in rows})
+    ('1g.10gb', True, 'pmgns', 1)
+    """
     gpu = get_device(device)
+    if gpu.slice_of:
+        gpu = get_device(gpu.key.split(":")[0])
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
                          + ", ".join(d.key for d in _mig_devices()) + ".")
+    graph = model if isinstance(model, ModelGraph) else checked_graph(
+        model, input_shape, batch, gpu, precision, layout, mig_margin=mig_margin)
+    whole = predict_graph(graph, gpu, precision, cost_model, mig_margin, layout=layout)
+    answered_by = whole.cost_model.split(" ")[0]  # the same model on every slice as on the whole GPU
     rows = []
     for profile in gpu.mig_profiles:
-        p = predict_graph(graph, gpu.as_slice(profile), precision, cost_model, mig_margin, layout=layout)
-        rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count,
-                                  fits(profile, p.memory_mb, mig_margin), p.latency_ms, p.energy_j))
+        p = predict_graph(graph, gpu.as_slice(profile), precision, answered_by, mig_margin, layout=layout)
+        rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count, bool(p.fits), p.latency_ms,
+                                  p.energy_j, p.memory_mib, p.energy_j_per_sample, p.cost_model))
     return rows
 
 

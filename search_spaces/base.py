@@ -146,6 +146,24 @@ class SearchSpace(ABC):
             if value not in known[name]:
                 raise DippmError(f"{self.name}: {name}={value!r} is not one of {known[name]}.")
 
+    def extreme(self, largest: bool = False) -> Candidate:
+        """The candidate with every parameter at its first choice, or its last with ``largest``: the
+        space's smallest and largest architectures, since every numeric space here lists its choices in
+        increasing order. Scored on a device, the two bound the costs the space can reach (a
+        ``fixed`` parameter stays fixed).
+
+        >>> from search_spaces import get_search_space
+        >>> space = get_search_space("mobilenetv3")
+        >>> space.extreme().arch["resolution"], space.extreme(largest=True).arch["depth_0"]
+        (160, 4)
+        """
+
+        class _Pick:
+            def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+                return choices[-1 if largest else 0]
+
+        return self.sample(_Pick())
+
     def choose(self, trial: Any, name: str) -> Any:
         """The fixed value of parameter ``name`` if the space was built with one, else ``trial``'s choice."""
         if name in self.fixed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -9,6 +10,9 @@ import torch
 from torch import nn
 
 warnings.filterwarnings("ignore")
+# Tests build their graphs, rather than read them from the user's disk cache (dippm_nas._model_cache);
+# the cache's own tests turn it on, in a directory of their own.
+os.environ.setdefault("DIPPM_NAS_NO_CACHE", "1")
 
 
 class SmallCNN(nn.Module):

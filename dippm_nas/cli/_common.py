@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from dippm_nas.errors import DippmError
 
@@ -28,3 +29,47 @@ def inputs_of(args: argparse.Namespace) -> object:
     if args.input_shape and args.input:
         raise DippmError("give either --input-shape or --input, not both.")
     return args.input_shape or (";".join(args.input) if args.input else None)
+
+
+#: The cost models ``--cost-model`` takes: ``auto`` and every registered one (a test checks that these are
+#: :func:`dippm_nas.cost.cost_model_names`; the list is here so that the command line need not import them).
+COST_MODELS = ("auto", "analytical", "pmgns")
+#: The largest ``--mig-margin`` the command line takes: 1.0 asks a slice for twice the predicted memory.
+MAX_MIG_MARGIN = 1.0
+#: Suffixes of model files: a model argument ending in one that does not exist is answered at once.
+MODEL_FILE_SUFFIXES = (".onnx", ".keras", ".h5", ".tflite", ".pdmodel")
+
+
+def check_model_path(model: str) -> None:
+    """A model argument that names a model file which does not exist is an error before anything is imported."""
+    suffix = os.path.splitext(model)[1].lower()
+    if suffix in MODEL_FILE_SUFFIXES and not os.path.exists(model):
+        kind = "ONNX file" if suffix == ".onnx" else "model file"
+        raise DippmError(f"no such {kind}: {model}")
+
+
+def check_mig_margin(margin: float) -> float:
+    """``--mig-margin`` as a fraction from 0 to :data:`MAX_MIG_MARGIN`, else one clear error."""
+    from dippm_nas.hardware.mig import check_mig_margin as check
+
+    check(margin)
+    if margin > MAX_MIG_MARGIN:
+        raise DippmError(f"--mig-margin {margin:g} asks a MIG slice for {1 + margin:g} times the predicted memory; "
+                         f"the margin is a fraction from 0 to {MAX_MIG_MARGIN:g} (0.05, the default, adds 5 %).")
+    return margin
+
+
+def check_model_args(args: argparse.Namespace) -> None:
+    """Everything ``predict`` and ``mig`` can check from the arguments alone, before torch, TVM or timm is
+    imported: the batch, the device (and MIG profile), the margin, the inputs and a model file's existence."""
+    from dippm_nas.hardware.registry import get_device
+    from dippm_nas.inputs import check_batch, normalize_inputs
+
+    check_batch(args.batch)
+    get_device(args.device)
+    check_mig_margin(args.mig_margin)
+    normalize_inputs(inputs_of(args))
+    check_model_path(args.model)
+    if getattr(args, "top", 0) < 0:
+        raise DippmError(f"--top {args.top}: give how many of the slowest operators to list, 1 or more "
+                         "(0, the default, lists none).")

@@ -11,13 +11,14 @@ from dippm_nas.errors import DippmError
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
+    """``dippm-nas manifest``: the arguments are checked before torch and timm are imported."""
+    batches, precisions = parse_ints(args.batches), args.precisions.split(",")
+    if args.from_records and not os.path.exists(args.from_records):
+        raise DippmError(f"no records at {args.from_records}; build them with `dippm-nas dataset`.")
     from dippm_nas.measure.config import write_manifest
     from dippm_nas.measure.manifest import build_manifest, records_manifest
 
-    batches, precisions = parse_ints(args.batches), args.precisions.split(",")
     if args.from_records:
-        if not os.path.exists(args.from_records):
-            raise DippmError(f"no records at {args.from_records}; build them with `dippm-nas dataset`.")
         configs = records_manifest(args.from_records, args.seed, args.per_family, batches, precisions)
     else:
         configs = build_manifest(args.seed, args.per_family, batches, precisions)
@@ -29,10 +30,11 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from dippm_nas.measure import read_manifest, run
-
+    """``dippm-nas measure``: a missing manifest is said before torch and timm are imported."""
     if not os.path.exists(args.manifest):
         raise DippmError(f"no manifest at {args.manifest}; write one with `dippm-nas manifest --out {args.manifest}`.")
+    from dippm_nas.measure import read_manifest, run
+
     try:
         run(read_manifest(args.manifest), args.out, args.device, args.budget_s, args.by,
             what="kernels" if args.kernels else "latency")
@@ -121,11 +123,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_campaign(args: argparse.Namespace) -> int:
     """``dippm-nas campaign``: the plan, then each step within its share of the budget."""
+    if args.budget_s <= 0:
+        raise DippmError(f"--budget-s {args.budget_s:g}: give the seconds the campaign may take, e.g. 540.")
     from dippm_nas.measure.campaign import describe_plan, run_campaign
     from dippm_nas.measure.config import read_manifest
 
-    if args.budget_s <= 0:
-        raise DippmError(f"--budget-s {args.budget_s:g}: give the seconds the campaign may take, e.g. 540.")
     if args.plan:
         print("\n".join(describe_plan(args.budget_s)))
         return 0

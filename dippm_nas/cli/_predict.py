@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dippm_nas.cli._common import format_table, inputs_of
+from dippm_nas.cli._common import COST_MODELS, check_model_args, format_table, inputs_of
+from dippm_nas.errors import DippmError
 
 EPILOG = """\
 MODEL is a timm model name (resnet50), a path to an .onnx file, 'package.module:factory' (a
@@ -43,13 +44,18 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", default="nchw", choices=list(LAYOUTS),
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
-    parser.add_argument("--cost-model", default="auto", help="auto, analytical (default: auto)")
+    parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
+                        help="auto (the learned pmgns where it was trained, else analytical), analytical or "
+                             "pmgns (default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
-                        help=f"safety margin on memory when choosing a MIG slice (default: {DEFAULT_MIG_MARGIN})")
+                        help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
+                             f"(default: {DEFAULT_MIG_MARGIN})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    """``dippm-nas predict``: the arguments are checked before the library's heavy parts are imported."""
+    check_model_args(args)
     from dippm_nas._predict import checked_graph, predict_graph, slowest_operators
 
     graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
@@ -63,22 +69,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             out["top_operators_cost_model"] = timed_by
         print(json.dumps(out, indent=2))
         return 0
-    rows = [
-        ["model", p.model], ["device", p.device], ["precision", p.precision], ["layout", p.layout],
-        ["batch", str(p.batch)],
-        ["latency", f"{p.latency_ms:.3f} ms"], ["energy", f"{p.energy_j:.4f} J per batch"],
-        ["memory", f"{p.memory_mb:.0f} MiB"],
-        ["MIG profile", f"{p.mig_profile or 'none'} ({p.mig_reason})"],
-        ["GFLOPs", f"{p.gflops:.2f}"], ["parameters", f"{p.params_m:.2f} M"],
-        ["cost model", p.cost_model],
-    ]
-    print(format_table(rows, ["", "prediction"]))
+    print(format_table(prediction_rows(p), ["", "prediction"]))
     if p.estimate and p.estimate.memory:
         m = p.estimate.memory
-        learned = abs(m.total_mib - p.memory_mb) > 0.5  # PMGNS corrected the total, not its parts
+        learned = abs(m.total_mib - p.memory_mib) > 0.5  # PMGNS corrected the total, not its parts
         label = f"analytical memory {m.total_mib:.0f} MiB (PMGNS corrects the total)" if learned else "memory"
         print(f"\n{label} = context {m.context_mib:.0f} + weights {m.weights_mib:.0f} + activations "
-              f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} + allocator {m.allocator_mib:.0f} MiB")
+              f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} + allocator {m.allocator_mib:.0f} "
+              f"+ kernels' modules {m.modules_mib:.0f} MiB")
     if operators:
         rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound]
                 for c in operators]
@@ -108,20 +106,79 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_mig(args: argparse.Namespace) -> int:
-    from dippm_nas._predict import build_graph, mig_table, predict_graph
+    """``dippm-nas mig``: the arguments, and that the device has MIG, are checked before the heavy imports."""
+    check_model_args(args)
+    check_has_mig(args.device)
+    from dippm_nas._predict import checked_graph, mig_table, predict_graph
 
-    graph = build_graph(args.model, inputs_of(args), args.batch)
+    graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
     whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
     rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
     if args.json:
-        print(json.dumps({"prediction": whole.to_dict(), "profiles": [vars(r) for r in rows]}, indent=2))
+        print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),
+                          "profiles": [r.to_dict() for r in rows],
+                          "units": {"usable_mib": "MiB", "memory_mib": "MiB", "latency_ms": "ms per batch",
+                                    "energy_j": "J per batch", "energy_j_per_sample": "J per sample"}}, indent=2))
         return 0
-    print(f"{graph.name} at batch {graph.batch}, {args.precision}, on {whole.device}: "
-          f"{whole.memory_mb:.0f} MiB predicted, smallest fitting profile: {whole.mig_profile or 'none'}\n")
-    print(format_table([[r.profile, str(r.sm_count), f"{r.usable_mib:.0f}", "yes" if r.fits else "no",
-                   f"{r.latency_ms:.3f}", f"{r.energy_j:.4f}"] for r in rows],
-                 ["profile", "SMs", "usable MiB", "fits", "latency ms", "energy J"]))
+    fits = "fits" if whole.fits else "does NOT fit"
+    print(f"{graph.name} at batch {graph.batch}, {args.precision}, on {whole.device}: {whole.memory_mib:,.0f} MiB "
+          f"predicted ({fits} the whole GPU's {whole.memory_available_mib:,.0f} MiB), smallest fitting profile: "
+          f"{whole.mig_profile or 'none'}")
+    print(f"cost model, the same for the whole GPU and every slice: {whole.cost_model}\n")
+    table = [["whole GPU", str(get_sm_count(whole.device)), f"{whole.memory_available_mib:.0f}",
+              "yes" if whole.fits else "no", f"{whole.latency_ms:.3f}", f"{whole.energy_j:.4f}",
+              f"{whole.energy_j_per_sample:.4g}"]]
+    table += [[r.profile, str(r.sm_count), f"{r.usable_mib:.0f}", "yes" if r.fits else "no",
+               f"{r.latency_ms:.3f}", f"{r.energy_j:.4f}", f"{r.energy_j_per_sample:.4g}"] for r in rows]
+    print(format_table(table, ["profile", "SMs", "usable MiB", "fits", "latency ms/batch", "energy J/batch",
+                               "J/sample"]))
+    for note in whole.notes:
+        print(f"note: {note}")
     return 0
+
+
+def get_sm_count(device: str) -> int:
+    """The SM count of a device key, for the whole-GPU row of ``mig``."""
+    from dippm_nas.hardware.registry import get_device
+
+    return get_device(device).sm_count
+
+
+def prediction_rows(p) -> list[list[str]]:
+    """The ``predict`` table of a :class:`~dippm_nas.cost.Prediction`, each number with its unit: on a MIG
+    slice, the slice's fit; ``fits: no`` with what it needs where the model does not fit the memory."""
+    fits = "yes" if p.fits else (f"no: see the first note ({p.memory_mib:,.0f} MiB predicted, "
+                                 f"{p.memory_available_mib:,.0f} MiB on the device)")
+    on_slice = ":" in p.device
+    mig = (f"{p.mig_profile or 'does not fit'} ({p.mig_reason})" if on_slice
+           else f"{p.mig_profile or 'none'} ({p.mig_reason})")
+    rows = [
+        ["model", p.model], ["device", p.device + (" (a MIG slice)" if on_slice else "")],
+        ["precision", p.precision], ["layout", p.layout], ["batch", str(p.batch)],
+        ["latency", f"{p.latency_ms:.3f} ms per batch"],
+        ["energy", f"{p.energy_j:.4f} J per batch, {p.energy_j_per_sample:.4g} J per sample"],
+        ["memory", f"{p.memory_mib:,.0f} MiB of {p.memory_available_mib:,.0f} MiB"], ["fits", fits],
+        ["MIG slice" if on_slice else "MIG profile", mig],
+        ["GFLOPs", f"{p.gflops:.2f} per batch"], ["parameters", f"{p.params_m:.2f} M"],
+        ["cost model", p.cost_model],
+    ]
+    if p.latency_error is not None:
+        e = p.latency_error
+        rows.append(["latency error", f"{e.mape:.1%} MAPE on {e.records} comparable test records (see the last note)"])
+    return rows
+
+
+def check_has_mig(device: str) -> None:
+    """A device without MIG is an error for ``mig``, said with the devices that have it; a slice key
+    (``a100-40gb:1g.5gb``) stands for its GPU."""
+    from dippm_nas.hardware.registry import get_device, list_devices
+
+    gpu = get_device(device)
+    if gpu.slice_of:
+        gpu = get_device(gpu.key.split(":")[0])
+    if not gpu.has_mig:
+        raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
+                         + ", ".join(d.key for d in list_devices() if d.has_mig) + ".")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, one_line
+
+#: SQLAlchemy's dialects, the first part of an Optuna RDB storage URL (``postgresql+psycopg://...``).
+DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb", "oracle", "mssql", "cockroachdb")
+_URL = re.compile(r"^(?P<dialect>[A-Za-z][A-Za-z0-9_]*)(\+[A-Za-z0-9_]+)?://(?P<rest>.*)$")
+
+
+def check_storage(url: str) -> str:
+    """``url`` where it is an Optuna RDB storage URL whose database can exist, else one clear error;
+    a SQLite file must exist (Optuna would create an empty one and find no study in it).
+
+    >>> check_storage("postgresql+psycopg://user:password@host/nas")
+    'postgresql+psycopg://user:password@host/nas'
+    """
+    match = _URL.match(url)
+    if not match or match["dialect"].lower() not in DIALECTS:
+        raise DippmError(f"--storage {url}: not an Optuna storage URL; give one such as sqlite:///nas.db or "
+                         "postgresql+psycopg://user:password@host/db (dialects: " + ", ".join(DIALECTS) + ").")
+    if match["dialect"].lower() == "sqlite":
+        path = match["rest"].removeprefix("/").split("?")[0]
+        if path and path != ":memory:" and not os.path.isfile(path):
+            raise DippmError(f"--storage {url}: no SQLite database at {path}; give the file the study was run "
+                             "with (sqlite:///relative/path.db, or sqlite:////absolute/path.db).")
+    return url
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``dippm-nas report``: the storage URL is checked before Optuna is imported, and a storage that cannot
+    be opened or holds no such study is one line."""
+    check_storage(args.storage)
     import optuna
 
     from dippm_nas.integration.report import write_report
@@ -18,6 +46,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         names = [s.study_name for s in optuna.get_all_study_summaries(args.storage)]
         raise DippmError(f"no study {args.study!r} in {args.storage}; "
                          f"studies there: {', '.join(names) or 'none'}.") from None
+    except Exception as exc:  # SQLAlchemy and the database drivers raise their own types
+        raise DippmError(f"cannot open the Optuna storage {args.storage}: {one_line(exc)}") from exc
     summary = write_report(study, args.out, args.png)
     print(f"{summary.path}: {summary.trials} scored trials, {summary.feasible} feasible, "
           f"{len(summary.pareto)} on a Pareto front" + (f"; PNGs in {args.png}" if args.png else ""))

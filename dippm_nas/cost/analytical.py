@@ -38,13 +38,14 @@ the operators), so the learned model, which needs this estimate for every predic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from dippm_nas.cost.allocator import MIB, replay
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost
+from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph import ops
 from dippm_nas.graph.model_graph import ModelGraph
@@ -372,7 +373,9 @@ class AnalyticalCostModel:
                         cost_model=self.name, memory=memory, nodes=nodes, notes=notes)
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
-        """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs.
+        """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs,
+        and (``error``) the model's latency error on the measured records most like the request
+        (:mod:`dippm_nas.cost.error_table`).
 
         Raises :class:`~dippm_nas.errors.DippmError` for an unknown precision or layout, or a precision
         the device has no tensor cores for.
@@ -388,5 +391,8 @@ class AnalyticalCostModel:
         check_precision(precision)
         check_layout(layout)
         table = node_table(graph)
-        return self.summarize(table, self.roofline(table, device, precision, layout), device, precision, graph)
+        estimate = self.summarize(table, self.roofline(table, device, precision, layout), device, precision, graph)
+        if estimate.latency_ms <= 0:  # nothing runs: no latency to be wrong about
+            return estimate
+        return replace(estimate, error=lookup(self.name, device.key, precision, graph.batch))
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
+from dippm_nas.cost.error_table import ErrorFigure
 from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
@@ -63,6 +66,8 @@ class Estimate:
     memory: MemoryBreakdown | None = None
     nodes: tuple[NodeCost, ...] = field(default=(), repr=False)
     notes: tuple[str, ...] = ()
+    #: The cost model's latency error on comparable held-out records (:mod:`dippm_nas.cost.error_table`).
+    error: ErrorFigure | None = None
 
     def top_nodes(self, n: int = 10) -> list[NodeCost]:
         """The operators that dominate the latency."""
@@ -115,18 +120,39 @@ def get_cost_model(name: str) -> CostModel:
     return _COST_MODELS[name]()
 
 
+#: The unit of every number :meth:`Prediction.to_dict` gives, as its ``units`` entry says them.
+UNITS: dict[str, str] = {
+    "latency_ms": "ms for one inference of the whole batch",
+    "energy_j": "J for one inference of the whole batch",
+    "energy_j_per_sample": "J per input of the batch (energy_j / batch)",
+    "memory_mib": "MiB (2**20 bytes) the process holds on the GPU, as NVML counts it (nvidia-smi prints it as MB)",
+    "memory_mb": "deprecated alias of memory_mib, also in MiB",
+    "memory_available_mib": "MiB of the device's memory (a MIG slice's usable memory)",
+    "gflops": "GFLOPs for one inference of the whole batch",
+    "params_m": "millions of parameters",
+}
+
+
 @dataclass(frozen=True)
 class Prediction:
     """Latency, energy and memory of one inference of a batch, and the MIG slice that holds it.
 
-    ``memory_mb`` is in MiB, the unit nvidia-smi and NVML print as "MB"; ``energy_j`` is per batch.
-    ``cost_model`` says which model produced the numbers; ``notes`` say what to be careful about.
+    ``latency_ms`` and ``energy_j`` are for the whole batch (``energy_j_per_sample`` divides by it);
+    ``memory_mib`` is in MiB, the unit nvidia-smi and NVML print as "MB". ``fits`` says whether that
+    memory, plus the MIG margin, fits the device's (a slice's usable) ``memory_available_mib``: None
+    only for a prediction built by hand. ``cost_model`` says which model produced the numbers,
+    ``latency_error`` how far off it was on comparable held-out records, ``notes`` what to be careful about.
+
+    >>> p = Prediction(model="m", latency_ms=2.0, energy_j=0.8, memory_mib=900.0, mig_profile="1g.5gb",
+    ...                device="a100-40gb", precision="fp32", batch=8, cost_model="analytical")
+    >>> p.energy_j_per_sample, p.to_dict()["units"]["memory_mib"].split(" ")[0]
+    (0.1, 'MiB')
     """
 
     model: str
     latency_ms: float
     energy_j: float
-    memory_mb: float
+    memory_mib: float
     mig_profile: str | None
     device: str
     precision: str
@@ -137,11 +163,55 @@ class Prediction:
     gflops: float = 0.0
     params_m: float = 0.0
     notes: tuple[str, ...] = ()
+    fits: bool | None = None
+    memory_available_mib: float | None = None
+    latency_error: ErrorFigure | None = None
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def memory_mb(self) -> float:
+        """Deprecated alias of :attr:`memory_mib` (the value always was MiB); it goes in the next release."""
+        warnings.warn("Prediction.memory_mb is deprecated: the value is in MiB, read Prediction.memory_mib",
+                      DeprecationWarning, stacklevel=2)
+        return self.memory_mib
+
+    @property
+    def energy_j_per_sample(self) -> float:
+        """Energy per input: :attr:`energy_j` (the whole batch's) over the batch."""
+        return self.energy_j / self.batch
+
     def to_dict(self) -> dict[str, object]:
-        """The fields as plain JSON-ready values: ``notes`` as a list, the full ``estimate`` left out."""
-        out = asdict(self)
-        out.pop("estimate")
+        """The fields as plain JSON-ready values: ``notes`` as a list, the full ``estimate`` left out,
+        ``energy_j_per_sample`` and the deprecated ``memory_mb`` (= ``memory_mib``) added, and a ``units``
+        entry naming the unit of each number."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            if f.name == "estimate":
+                continue
+            key = f.name
+            out[key] = getattr(self, key)
+            if key == "energy_j":
+                out["energy_j_per_sample"] = self.energy_j_per_sample
+            elif key == "memory_mib":
+                out["memory_mb"] = self.memory_mib
         out["notes"] = list(self.notes)
+        out["latency_error"] = self.latency_error.to_dict() if self.latency_error else None
+        out["units"] = dict(UNITS)
         return out
+
+
+def _accept_memory_mb(init: Callable[..., None]) -> Callable[..., None]:
+    """Let ``Prediction(memory_mb=...)`` keep working for one release, with a DeprecationWarning."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, memory_mb: float | None = None, **kwargs) -> None:  # noqa: N807
+        if memory_mb is not None:
+            warnings.warn("Prediction(memory_mb=...) is deprecated: pass memory_mib (the value is in MiB)",
+                          DeprecationWarning, stacklevel=2)
+            kwargs.setdefault("memory_mib", memory_mb)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+Prediction.__init__ = _accept_memory_mb(Prediction.__init__)  # type: ignore[method-assign]

@@ -2,7 +2,9 @@
 
 A model is an ensemble of one or more PMGNS networks trained from different seeds (the shipped one has
 one); a prediction is the geometric mean of theirs. It answers only where it was trained: a device and
-precision in its card. Elsewhere it raises :class:`NotCovered` and :func:`dippm_nas.predict_graph`
+precision in its card, and on the MIG slices of those devices: no slice was measured, so a slice gets the
+correction learned on its whole GPU applied to the slice's own roofline (a 7g slice, which has every SM,
+predicts as its GPU does). Elsewhere it raises :class:`NotCovered` and :func:`dippm_nas.predict_graph`
 falls back to the analytical model, saying so. Latency is learned on every device of the card; energy
 and memory only on the devices where the harness measured them, and only where the training
 configuration applies their correction (the card's ``target_devices``). Elsewhere energy is the
@@ -25,13 +27,14 @@ import torch
 
 from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
+from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
 from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
 from dippm_nas.cost.scaling import Scaling
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.registry import Device
+from dippm_nas.hardware.registry import Device, get_device
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
@@ -232,9 +235,10 @@ class PMGNSCostModel:
         return FusedSage.of(self.models, self.card) if self.models[0].conv_name == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
-        """None when covered, else why not."""
-        if device.slice_of or device.key not in self.card.devices:
-            return f"PMGNS is trained on {', '.join(self.card.devices)}, not {device.key}"
+        """None when covered, else why not. A MIG slice is covered where its whole GPU is."""
+        gpu = device.key.split(":")[0] if device.slice_of else device.key
+        if gpu not in self.card.devices:
+            return f"PMGNS is trained on {', '.join(self.card.devices)}, not {gpu}"
         if precision not in self.card.precisions:
             return f"PMGNS is trained for {', '.join(self.card.precisions)}, not {precision}"
         return None
@@ -243,36 +247,47 @@ class PMGNSCostModel:
         """Latency, energy and memory of one inference of ``graph`` at its batch, under the newest PyTorch
         the card has records of on ``device``.
 
-        Raises NotCovered for a device or precision off the card, or a graph without operators; the
-        notes say how far the request is from the training data.
+        On a MIG slice, the network reads the whole GPU's request, and its correction applies to the
+        slice's roofline. Raises NotCovered for a device or precision off the card, or a graph without
+        operators; the notes say how far the request is from the training data, and ``error`` how far
+        off PMGNS was on comparable held-out records.
         """
         reason = self.covers(device, precision)
         if reason:
             raise NotCovered(reason)
         if not graph.nodes:  # its latency and energy are 0: no ratio of them to learn
             raise NotCovered(f"{graph.name or 'the model'} runs no operators")
+        gpu = get_device(device.key.split(":")[0]) if device.slice_of else device
         table = node_table(graph)  # its per-sample columns are the batch-1 graph's
-        request = {"batch": graph.batch, "device": device.key, "precision": precision, "layout": layout,
-                   "torch": self.card.torch_versions[device.key]}
+        request = {"batch": graph.batch, "device": gpu.key, "precision": precision, "layout": layout,
+                   "torch": self.card.torch_versions[gpu.key]}
         inputs = record_inputs(table, request, self.analytical)
-        analytical = inputs.estimate
         with torch.inference_mode(), one_thread():
             out = self._correction(graph, inputs)  # [members, targets]
+            if device.slice_of:  # the whole GPU's correction, on the slice's own roofline
+                inputs = record_inputs(table, request | {"device": device.key}, self.analytical)
             curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
             latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean
+        analytical = inputs.estimate
         ratio = dict(zip(TARGETS, (math.exp(v) for v in out.mean(dim=0).tolist())))
         # The learned latency ratio scales the GPU time; the host's time to issue the operators stays.
         gpu_ms = analytical.latency_ms * (1 - inputs.features["host_wait_share"]) * ratio["latency_ms"]
         ratio["latency_ms"] = latency_ms / analytical.latency_ms
-        learned = [t for t in TARGETS[1:] if device.key in self.card.target_devices.get(t, ())]
+        learned = [t for t in TARGETS[1:] if gpu.key in self.card.target_devices.get(t, ())]
         # Where no energy was measured on this device, the analytical power over the learned time.
         energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
         memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
+        error = lookup("pmgns", device.key, precision, graph.batch,
+                       family_in_training=graph.family in self.card.families)
+        slice_note = (f"MIG slice {device.slice_of}: no slice was measured; PMGNS's correction learned on the whole "
+                      f"{gpu.key} is applied to the slice's roofline (its SMs and share of memory bandwidth)",
+                      ) if device.slice_of else ()
         return Estimate(
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
             memory=analytical.memory, cost_model=_learned_label(learned),
-            notes=coverage_notes(self.card, graph.family, graph.batch)
+            notes=coverage_notes(self.card, graph.family, graph.batch, error) + slice_note
             + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum())),
+            error=error,
         )
 
     def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:
@@ -301,13 +316,19 @@ def _learned_label(learned: list[str]) -> str:
 SPARSE_SHARE = 0.05
 
 
-def coverage_notes(card: Card, family: str, batch: int) -> tuple[str, ...]:
+def coverage_notes(card: Card, family: str, batch: int, error: ErrorFigure | None = None) -> tuple[str, ...]:
     """How far a request is from what PMGNS learned from, and the error measured that far out: a user
-    ranking candidates should know whether a figure is interpolated or extrapolated."""
+    ranking candidates should know whether a figure is interpolated or extrapolated.
+
+    ``error`` is the figure of comparable held-out records (:func:`~dippm_nas.cost.error_table.lookup`),
+    which the prediction carries in a note of its own; without one, the family note cites the card's
+    split-wide test MAPE instead."""
     seen = family in card.families
-    error = card.seen_family_mape if seen else card.unseen_family_mape
-    if error is not None:  # the held-out families are timm's: a model unlike any of them may be further off
-        measured = f" (test MAPE {error:.1%} on {'families it saw' if seen else 'whole timm families held out'})"
+    split_error = card.seen_family_mape if seen else card.unseen_family_mape
+    if error is not None:  # the comparable figure is its own note; the held-out families are timm's
+        measured = "" if seen else " (a model unlike timm's families may be further off than its latency error says)"
+    elif split_error is not None:
+        measured = f" (test MAPE {split_error:.1%} on {'families it saw' if seen else 'whole timm families held out'})"
     else:
         measured = "" if seen else " (its error on unseen families: docs/accuracy.md)"
     notes = [f"PMGNS trained on {', '.join(card.devices)}; model family {family or '(unknown)'} "

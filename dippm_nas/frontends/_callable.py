@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import importlib
 import re
+import reprlib
 
 import torch
 
-from dippm_nas.errors import ModelLoadError
+from dippm_nas.errors import ModelLoadError, one_line
 from dippm_nas.frontends._module import load_module
 from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec
@@ -23,10 +24,22 @@ def load_callable(target: str, inputs: InputSpec | None, batch: int) -> LoadedMo
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ModelLoadError(f"cannot import {target!r}: {exc}. Is the module on PYTHONPATH?") from exc
-    with torch.device("meta"):
-        model = factory()
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise ModelLoadError(f"importing {module_name} for {target!r} raised {one_line(exc)}.") from exc
+    if not callable(factory):
+        raise ModelLoadError(f"{target} is a {type(factory).__name__}, not a function that returns a "
+                             "torch.nn.Module.")
+    try:
+        try:
+            with torch.device("meta"):
+                model = factory()
+        except Exception:  # a constructor that needs real tensors: on the CPU, as timm's are built
+            model = factory()
+    except Exception as exc:  # the user's code: any exception is the factory's, said in one line
+        raise ModelLoadError(f"{target}() raised {one_line(exc)}; call it yourself to see the traceback.") from exc
     if not isinstance(model, torch.nn.Module):
-        raise ModelLoadError(f"{target} returned a {type(model).__name__}, not a torch.nn.Module.")
+        raise ModelLoadError(f"{target} returned {reprlib.repr(model)} ({type(model).__name__}), not a "
+                             "torch.nn.Module.")
     return load_module(model, inputs, batch, target, "callable")
 
 

@@ -14,13 +14,21 @@ def module_family(module: torch.nn.Module) -> str:
     return type(module).__module__.rsplit(".", 1)[-1]
 
 
+def assumed_input_note(name: str) -> str:
+    """The note a prediction carries when a module came without its input shape."""
+    return (f"{name}: no input shape was given, so one {'x'.join(map(str, IMAGE_SHAPE))} float32 image per sample "
+            "was assumed; pass input_shape= (--input-shape or --input) if the model takes another input")
+
+
 def load_module(module: torch.nn.Module, inputs: InputSpec | None, batch: int, name: str = "",
                 source: str = "torch", family: str = "") -> LoadedModel:
-    """Export ``module`` at ``batch`` into Relax; no ``inputs`` means one 3x224x224 image, and an empty
-    ``name`` or ``family`` is taken from the module's class."""
+    """Export ``module`` at ``batch`` into Relax; no ``inputs`` means one 3x224x224 image, which the
+    prediction's notes then say, and an empty ``name`` or ``family`` is taken from the module's class."""
     spec = inputs or (TensorSpec(IMAGE_SHAPE),)
     name = name or type(module).__name__
     mod, notes = torch_to_relax(module, spec, batch, name)
+    if not inputs:
+        notes = (assumed_input_note(name), *notes)
     return LoadedModel(mod, name, source, spec, batch, family or module_family(module), notes)
 
 

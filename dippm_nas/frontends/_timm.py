@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 
 import timm
 import torch
@@ -45,6 +47,9 @@ def load_timm(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
     """A timm model by name, at its default input unless ``inputs`` are given; raises UnknownModelError
     with the closest timm names for a name timm does not know."""
     if not timm.is_model(name):
+        not_a_model = _path_that_is_not_a_model(name)
+        if not_a_model:
+            raise UnknownModelError(not_a_model)
         raise UnknownModelError(
             f"{name!r} is not a timm model, a model file or directory that exists, 'module:factory' or "
             "'hf:<type>' (`dippm-nas predict --help` lists every kind)."
@@ -52,6 +57,27 @@ def load_timm(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
         )
     model = build_timm(name)
     return load_module(model, inputs or (default_input(model),), batch, name, "timm", timm_family(name))
+
+
+#: Suffixes of model files: a name ending in one is a path, never a timm name.
+MODEL_SUFFIXES = (".onnx", ".keras", ".h5", ".tflite", ".pdmodel", ".json", ".pt", ".pth", ".pb", ".safetensors")
+
+
+def _path_that_is_not_a_model(name: str) -> str:
+    """What is wrong with a name that is a path no other frontend took (a directory or file that exists
+    but holds no model it reads, or a file path that does not exist), or '' for anything else."""
+    path = Path(name)
+    if path.is_dir():
+        return (f"{name} is a directory but holds no model dippm-nas reads: a TensorFlow SavedModel directory "
+                "has saved_model.pb in it, a Paddle inference model directory one program (.json or .pdmodel) "
+                "beside its .pdiparams; give the model file itself for any other kind.")
+    if path.is_file():
+        return (f"{name} is a file of a kind dippm-nas does not read ({path.suffix or 'no suffix'}); give an .onnx, "
+                ".keras, .h5 or .tflite file, a Paddle .json/.pdmodel beside its .pdiparams, or a PyTorch model "
+                "as 'package.module:factory'.")
+    if os.sep in name or (os.altsep and os.altsep in name) or path.suffix.lower() in MODEL_SUFFIXES:
+        return f"no such file or directory: {name}."
+    return ""
 
 
 register_frontend("timm", lambda m: isinstance(m, str), load_timm, priority=100)

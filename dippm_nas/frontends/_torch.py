@@ -21,6 +21,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import logging
+import os
+import re
 import warnings
 
 import torch
@@ -209,15 +212,48 @@ def export(module: torch.nn.Module, inputs: InputSpec, batch: int, name: str) ->
     shapes = ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
     _keep_method_frames(module)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()), _quiet_logging():
             warnings.simplefilter("ignore")
             return torch.export.export(module.eval(), args, strict=False)
     except Exception as exc:  # torch raises many types for a model that rejects its inputs
-        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise ExportError(
-            f"could not trace {name} with inputs {shapes}: {first[:300]}. "
-            "Check the input shape and dtype (--input-shape / --input) against what the model expects."
-        ) from exc
+        raise export_error(exc, name, shapes) from exc
+
+
+@contextlib.contextmanager
+def _quiet_logging():
+    """No log records up to ERROR while torch.export runs: a failed trace logs (and prints to stderr,
+    which :func:`export` catches) its partial FX graph before it raises, and the error we raise says
+    what matters in one line."""
+    previous = logging.root.manager.disable
+    logging.disable(max(previous, logging.ERROR))
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+#: What torch.export says when the model's Python branches on, or sizes a tensor by, a tensor's values.
+_DATA_DEPENDENT = ("data-dependent", "data dependent", "dynamic control flow", "cannot be called on meta tensors")
+
+
+def export_error(exc: BaseException, name: str, shapes: str) -> ExportError:
+    """The one-line :class:`~dippm_nas.errors.ExportError` for a failed ``torch.export``: data-dependent
+    control flow is named as the cause, with the line of the model that did it; any other failure
+    points at the inputs, the usual cause."""
+    text = str(exc)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    if any(marker in text.lower() for marker in _DATA_DEPENDENT):
+        where = re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s+(.+)', text)
+        at = f" at {os.path.basename(where[-1][0])}:{where[-1][1]} in {where[-1][2]} (`{where[-1][3].strip()}`)" \
+            if where else ""
+        return ExportError(
+            f"could not trace {name}: its forward depends on a tensor's values{at or f' ({first[:200]})'}: "
+            "data-dependent control flow (Python `if`, `int()` or `.item()` on a tensor), which torch.export "
+            "cannot follow without real data; rewrite it with torch.cond or logic on shapes only.")
+    return ExportError(
+        f"could not trace {name} with inputs {shapes}: {first[:300]}. "
+        "Check the input shape and dtype (--input-shape / --input) against what the model expects.")
 
 
 def _as_reshape(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
+from dippm_nas.errors import DippmError
 from dippm_nas.hardware.registry import Device, MigProfile, get_device
 
 #: Default headroom on top of the predicted memory. NVIDIA's usable memory differs by 1-2 % between
@@ -21,12 +24,23 @@ class MigChoice:
     usable_mib: float | None = None
 
 
+def check_mig_margin(margin: float) -> float:
+    """``margin`` itself where it is a finite fraction >= 0, else a :class:`~dippm_nas.errors.DippmError`
+    (a ValueError) that says what a margin is.
+
+    >>> check_mig_margin(0.05)
+    0.05
+    """
+    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
+        raise DippmError(f"the MIG safety margin must be a fraction >= 0 of the predicted memory (0.05 adds 5 %), "
+                         f"got {margin!r}.")
+    return margin
+
+
 def required_memory(memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> float:
     """MiB a slice must offer for a model predicted to use ``memory_mib``: that plus the ``margin``
-    fraction. Raises ValueError for a negative margin."""
-    if margin < 0:
-        raise ValueError(f"the MIG safety margin must be >= 0, got {margin}")
-    return memory_mib * (1.0 + margin)
+    fraction. Raises :class:`~dippm_nas.errors.DippmError` (a ValueError) for a negative margin."""
+    return memory_mib * (1.0 + check_mig_margin(margin))
 
 
 def fits(profile: MigProfile, memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> bool:

@@ -14,26 +14,35 @@ from dippm_nas.errors import DippmError
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, required_memory
 from dippm_nas.hardware.registry import Device, get_device
 
-#: The user attributes a scored trial carries (Optuna's dashboard shows them); ``notes`` say which cost
-#: model answered and how far the candidate is from what it learned from.
-PREDICTION_ATTRS = ("latency_ms", "energy_j", "memory_mb", "mig_profile", "device", "precision", "batch",
-                    "cost_model", "notes")
+#: The user attributes a scored trial carries (Optuna's dashboard shows them), in the units of
+#: :data:`dippm_nas.cost.base.UNITS` (latency and energy per batch, memory in MiB; ``memory_mb`` is the
+#: deprecated alias of ``memory_mib``, kept for one release); ``fits`` says whether the candidate fits the
+#: device's memory; ``notes`` say which cost model answered, how far the candidate is from what it
+#: learned from, and its latency error on comparable held-out records.
+PREDICTION_ATTRS = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "memory_mb", "fits",
+                    "mig_profile", "device", "precision", "batch", "cost_model", "notes")
 
 
 def record_prediction(trial, prediction: Prediction) -> None:
     """Put the prediction's :data:`PREDICTION_ATTRS` on ``trial`` as user attributes (tuples as lists)."""
+    values = prediction.to_dict()
     for name in PREDICTION_ATTRS:
-        value = getattr(prediction, name)
-        trial.set_user_attr(name, list(value) if isinstance(value, tuple) else value)
+        trial.set_user_attr(name, values[name])
+
+
+#: The constraint every scored candidate gets: its memory plus the margin, less the device's memory.
+FITS_MEMORY = "fits_memory"
 
 
 @dataclass(frozen=True)
 class HardwareConstraints:
     """Upper bounds on predicted cost; ``mig_profiles`` are the slices a candidate may run in.
 
-    A bound left at None is not checked. Latency is in ms, energy in J per batch, memory in MiB; a
-    candidate fits a slice when its memory plus ``mig_margin`` does. An unknown device or profile is a
-    DippmError that lists the known ones.
+    A bound left at None is not checked. Latency is in ms and energy in J, both per batch, memory in
+    MiB (``memory_mb`` is the deprecated name of ``memory_mib``); a candidate fits a slice when its
+    memory plus ``mig_margin`` does. Whatever the bounds, a candidate whose memory plus ``mig_margin``
+    does not fit the device it was predicted on (a slice's usable memory) breaks :data:`FITS_MEMORY`.
+    An unknown device or profile is a DippmError that lists the known ones.
 
     >>> HardwareConstraints(latency_ms=2.0, mig_profiles=("1g.5gb",), device="a100-40gb")  # doctest: +ELLIPSIS
     HardwareConstraints(latency_ms=2.0, ...)
@@ -45,40 +54,49 @@ class HardwareConstraints:
     mig_profiles: tuple[str, ...] = ()
     device: str = "a100-40gb"
     mig_margin: float = DEFAULT_MIG_MARGIN
+    memory_mib: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.mig_profiles, str):
             object.__setattr__(self, "mig_profiles", (self.mig_profiles,))
-        gpu = get_device(self.device)
+        gpu = self.gpu
         for name in self.mig_profiles:
             gpu.mig_profile(name)  # raises with the known profiles of the device
 
     @property
     def gpu(self) -> Device:
-        """The device the MIG profiles belong to."""
-        return get_device(self.device)
+        """The device the MIG profiles belong to (a slice key stands for its GPU)."""
+        return get_device(self.device.split(":")[0])
 
     def values(self, prediction: Prediction) -> dict[str, float]:
         """Constraint values by name, each the prediction minus its bound: feasible when <= 0.
 
-        Raises DippmError when there are MIG profiles and the prediction is for another device.
+        Raises DippmError when there are MIG profiles and the prediction is for another device. A
+        prediction that knows its device's memory (every one :func:`dippm_nas.predict_graph` makes)
+        also gets :data:`FITS_MEMORY`.
 
         >>> from dippm_nas.cost import Prediction
-        >>> prediction = Prediction(model="m", latency_ms=2.5, energy_j=0.1, memory_mb=900.0, mig_profile="1g.5gb",
+        >>> prediction = Prediction(model="m", latency_ms=2.5, energy_j=0.1, memory_mib=900.0, mig_profile="1g.5gb",
         ...                         device="a100-40gb", precision="fp32", batch=8, cost_model="analytical")
         >>> HardwareConstraints(latency_ms=2.0, energy_j=0.5).values(prediction)
         {'latency_ms': 0.5, 'energy_j': -0.4}
+        >>> from dataclasses import replace
+        >>> HardwareConstraints(memory_mib=1000).values(replace(prediction, memory_available_mib=800.0))
+        {'memory_mib': -100.0, 'fits_memory': 145.0}
         """
         out: dict[str, float] = {}
-        for name in ("latency_ms", "energy_j", "memory_mb"):
+        for name in ("latency_ms", "energy_j", "memory_mib", "memory_mb"):
             bound = getattr(self, name)
             if bound is not None:
-                out[name] = getattr(prediction, name) - bound
+                value = prediction.memory_mib if name.startswith("memory") else getattr(prediction, name)
+                out[name] = value - bound
+        if prediction.memory_available_mib is not None:
+            out[FITS_MEMORY] = required_memory(prediction.memory_mib, self.mig_margin) - prediction.memory_available_mib
         if self.mig_profiles:
             if prediction.device.split(":")[0] != self.gpu.key:
                 raise DippmError(f"the MIG constraint is for {self.gpu.key} but the prediction is for "
                                  f"{prediction.device}; score on the same device.")
-            need = required_memory(prediction.memory_mb, self.mig_margin)
+            need = required_memory(prediction.memory_mib, self.mig_margin)
             largest = max(self.gpu.mig_profile(p).usable_mib for p in self.mig_profiles)
             out["mig:" + "|".join(self.mig_profiles)] = need - largest
         return out

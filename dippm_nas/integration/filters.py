@@ -17,9 +17,16 @@ def trials_fitting_mig(study: optuna.Study, profile: str, device: str = "a100-40
     slot = gpu.mig_profile(profile)
     return [
         t for t in study.get_trials(deepcopy=False, states=states)
-        if "memory_mb" in t.user_attrs and str(t.user_attrs.get("device", "")).split(":")[0] == gpu.key
-        and fits(slot, float(t.user_attrs["memory_mb"]), margin)
+        if trial_memory_mib(t) is not None and str(t.user_attrs.get("device", "")).split(":")[0] == gpu.key
+        and fits(slot, trial_memory_mib(t), margin)
     ]
+
+
+def trial_memory_mib(trial: FrozenTrial) -> float | None:
+    """The predicted memory (MiB) a scored trial carries: ``memory_mib``, or ``memory_mb`` in a study scored
+    before it was renamed; None for a trial dippm-nas did not score."""
+    value = trial.user_attrs.get("memory_mib", trial.user_attrs.get("memory_mb"))
+    return None if value is None else float(value)
 
 
 def is_feasible(trial: FrozenTrial) -> bool:

@@ -8,10 +8,12 @@ from typing import Any
 import optuna
 
 from dippm_nas.errors import DippmError, one_line
-from dippm_nas.integration.constraints import HardwareConstraints, record_prediction
+from dippm_nas.integration.constraints import FITS_MEMORY, HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
 
-COST_OBJECTIVES = ("latency_ms", "energy_j", "memory_mb")
+#: The costs an objective can minimise: latency and energy per batch, energy per sample, memory in MiB
+#: (``memory_mb`` is the deprecated name of ``memory_mib``).
+COST_OBJECTIVES = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "memory_mb")
 
 
 class HardwareObjective:
@@ -19,8 +21,10 @@ class HardwareObjective:
 
     Every candidate is scored before it is trained. Predictions go on the trial as user attributes,
     the constraints are set, and a candidate that breaks one is pruned right there, before
-    ``accuracy_fn`` runs: nothing it could learn would make its cost fit. A candidate that fails to
-    export is pruned too, with the reason in its ``prune_reason`` attribute; the study goes on.
+    ``accuracy_fn`` runs: nothing it could learn would make its cost fit. A candidate whose memory does
+    not fit the device (or slice) it is scored on breaks a constraint even without ``constraints``
+    (:data:`~dippm_nas.integration.constraints.FITS_MEMORY`). A candidate that fails to export is pruned
+    too, with the reason in its ``prune_reason`` attribute; the study goes on.
 
     Here the accuracy is real: each candidate of the timm zoo space is a published model and carries
     its ImageNet top-1.
@@ -45,7 +49,8 @@ class HardwareObjective:
         unknown = [o for o in objectives if o not in COST_OBJECTIVES]
         if unknown:
             raise DippmError(f"unknown cost objective(s) {unknown}; choose from {', '.join(COST_OBJECTIVES)}.")
-        if constraints is not None and constraints.mig_profiles and constraints.gpu.key != cost.device.key:
+        scored_on = cost.device.key.split(":")[0]  # a slice's constraints are its GPU's profiles
+        if constraints is not None and constraints.mig_profiles and constraints.gpu.key != scored_on:
             raise DippmError(f"constraints are for {constraints.gpu.key}, the cost model scores {cost.device.key}.")
         self.space, self.accuracy_fn, self.cost = space, accuracy_fn, cost
         self.objectives = tuple(objectives)
@@ -73,11 +78,21 @@ class HardwareObjective:
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason) from exc
         record_prediction(trial, prediction)
-        if self.constraints is not None:
-            values = self.constraints.apply(trial, prediction)
-            if self.prune_infeasible and not HardwareConstraints.feasible(values):
-                broken = ", ".join(f"{k} by {v:.4g}" for k, v in values.items() if v > 0)
-                trial.set_user_attr("prune_reason", f"infeasible before training: {broken}")
-                raise optuna.TrialPruned(f"infeasible: {broken}")
+        constraints = self.constraints or HardwareConstraints(device=self.cost.device.key,
+                                                              mig_margin=self.cost.mig_margin)
+        values = constraints.apply(trial, prediction)
+        if self.prune_infeasible and not HardwareConstraints.feasible(values):
+            broken = ", ".join(_broken(k, v, prediction) for k, v in values.items() if v > 0)
+            trial.set_user_attr("prune_reason", f"infeasible before training: {broken}")
+            raise optuna.TrialPruned(f"infeasible: {broken}")
         accuracy = float(self.accuracy_fn(candidate))
-        return (accuracy, *(float(getattr(prediction, o)) for o in self.objectives))
+        return (accuracy, *(float(getattr(prediction, "memory_mib" if o == "memory_mb" else o))
+                            for o in self.objectives))
+
+
+def _broken(key: str, value: float, prediction) -> str:
+    """One broken constraint in words, for a trial's ``prune_reason``."""
+    if key == FITS_MEMORY:
+        return (f"does not fit the {prediction.memory_available_mib:.0f} MiB of {prediction.device} "
+                f"({prediction.memory_mib:.0f} MiB predicted, {value:.4g} MiB over with the margin)")
+    return f"{key} by {value:.4g}"

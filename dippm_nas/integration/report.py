@@ -18,10 +18,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from dippm_nas.errors import DippmError
-from dippm_nas.integration.filters import is_feasible
+from dippm_nas.integration.filters import is_feasible, trial_memory_mib
 
-COSTS = {"latency_ms": "predicted latency (ms)", "energy_j": "predicted energy (J)",
-         "memory_mb": "predicted memory (MiB)"}
+COSTS = {"latency_ms": "predicted latency (ms per batch)", "energy_j": "predicted energy (J per batch)",
+         "memory_mib": "predicted memory (MiB)"}
 INFEASIBLE = "infeasible"
 PALETTE = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728"]
 
@@ -38,25 +38,68 @@ class ReportSummary:
 
 
 def scored_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The completed trials dippm-nas scored; a DippmError when there are none."""
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if "latency_ms" in t.user_attrs]
+    """The completed trials dippm-nas scored; a DippmError that names why when there are none."""
+    every = study.get_trials(deepcopy=False)
+    trials = [t for t in every if t.state == TrialState.COMPLETE and "latency_ms" in t.user_attrs]
     if not trials:
-        raise DippmError(f"study {study.study_name!r} has no completed trial scored by dippm-nas (no latency_ms "
-                         "user attribute); run a search with HardwareObjective first.")
+        raise DippmError(nothing_to_plot(study.study_name, every))
     return trials
+
+
+def nothing_to_plot(name: str, trials: list[FrozenTrial]) -> str:
+    """Why a study has no completed trial dippm-nas scored, and what to do: no trial at all, every trial
+    pruned as infeasible (and by which constraint), failed, still running, or completed without a prediction.
+
+    >>> nothing_to_plot("s", [])
+    "study 's' has no trials yet; run a search with HardwareObjective first."
+    """
+    if not trials:
+        return f"study {name!r} has no trials yet; run a search with HardwareObjective first."
+    states = [t.state for t in trials]
+    complete = states.count(TrialState.COMPLETE)
+    if complete:
+        return (f"study {name!r} has no completed trial scored by dippm-nas: its {complete} completed trial(s) "
+                "have no dippm-nas prediction (no latency_ms user attribute); run a search with "
+                "HardwareObjective first.")
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    infeasible = [t for t in pruned if str(t.user_attrs.get("prune_reason", "")).startswith("infeasible")]
+    if infeasible and len(pruned) == len(trials):
+        broken: dict[str, int] = {}
+        for t in infeasible:
+            for key, value in t.constraints.items():
+                if value > 0:
+                    broken[key] = broken.get(key, 0) + 1
+        which = ", ".join(f"{k} ({n} of {len(trials)})" for k, n in sorted(broken.items(), key=lambda kv: -kv[1]))
+        least = {k: min(t.constraints.get(k, 0) for t in infeasible if t.constraints.get(k, 0) > 0) for k in broken}
+        closest = "; ".join(f"the closest missed {k} by {v:.4g}" for k, v in least.items())
+        return (f"study {name!r} has nothing to plot: all {len(trials)} trials were pruned as infeasible before "
+                f"training (broken: {which or 'see their prune_reason'}; {closest or 'no constraint values'}). "
+                "Loosen those constraints (a larger bound, a larger MIG profile, a smaller batch) and search again.")
+    if pruned and len(pruned) == len(trials):
+        reason = pruned[0].user_attrs.get("prune_reason", "no prune_reason recorded")
+        return (f"study {name!r} has nothing to plot: all {len(trials)} trials were pruned (the first: {reason}).")
+    failed = states.count(TrialState.FAIL)
+    running = states.count(TrialState.RUNNING) + states.count(TrialState.WAITING)
+    return (f"study {name!r} has no completed trial: {len(pruned)} pruned, {failed} failed, {running} running or "
+            "waiting; let the search finish, or look at the failed trials' errors in Optuna's log.")
 
 
 def pareto_2d(trials: list[FrozenTrial], cost: str, maximize: bool) -> list[FrozenTrial]:
     """Feasible trials that no other feasible trial beats on both the objective and ``cost``."""
     sign = 1.0 if maximize else -1.0
-    ordered = sorted((t for t in trials if is_feasible(t)), key=lambda t: (t.user_attrs[cost], -sign * t.values[0]))
+    ordered = sorted((t for t in trials if is_feasible(t)), key=lambda t: (cost_of(t, cost), -sign * t.values[0]))
     front, best = [], float("-inf")
     for t in ordered:
         if sign * t.values[0] > best:
             front.append(t)
             best = sign * t.values[0]
     return front
+
+
+def cost_of(t: FrozenTrial, cost: str) -> float:
+    """A scored trial's predicted ``cost`` (a key of :data:`COSTS`); memory also from a study scored when it
+    was called ``memory_mb``."""
+    return trial_memory_mib(t) if cost == "memory_mib" else t.user_attrs[cost]
 
 
 def _group(t: FrozenTrial) -> str:
@@ -81,11 +124,11 @@ def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, fro
     fig = go.Figure()
     for group, colour, members in _groups(trials):
         fig.add_trace(go.Scatter(
-            x=[t.user_attrs[cost] for t in members], y=[t.values[0] for t in members], mode="markers", name=group,
+            x=[cost_of(t, cost) for t in members], y=[t.values[0] for t in members], mode="markers", name=group,
             marker={"color": colour, "size": 8, "opacity": 0.5 if group == INFEASIBLE else 0.9},
             text=[f"trial {t.number}" for t in members],
             hovertemplate="%{text}<br>%{x:.4g}<br>objective %{y:.4g}<extra>" + group + "</extra>"))
-    fig.add_trace(go.Scatter(x=[t.user_attrs[cost] for t in front], y=[t.values[0] for t in front],
+    fig.add_trace(go.Scatter(x=[cost_of(t, cost) for t in front], y=[t.values[0] for t in front],
                              mode="lines", line={"shape": "hv", "color": "black", "width": 1.5}, name="Pareto front"))
     device = trials[0].user_attrs.get("device", "")
     fig.update_layout(title=f"{_objective_name(study)} against {COSTS[cost]} on {device}", xaxis_title=COSTS[cost],
@@ -95,15 +138,15 @@ def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, fro
 
 
 def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
-    head = ["trial", _objective_name(study), "latency ms", "energy J", "memory MiB", "MIG profile", "cost model",
-            "architecture"]
+    head = ["trial", _objective_name(study), "latency ms/batch", "energy J/batch", "memory MiB", "MIG profile",
+            "cost model", "architecture"]
     rows = []
     for t in front:
         a = t.user_attrs
         arch = a.get("architecture", t.params)
         notes = "\n".join(a.get("notes", ()))  # why this cost model, how far from its data: shown on hover
         rows.append([str(t.number), f"{t.values[0]:.4g}", f"{a['latency_ms']:.4g}", f"{a['energy_j']:.4g}",
-                     f"{a['memory_mb']:.0f}", str(a.get("mig_profile") or "none"),
+                     f"{trial_memory_mib(t):.0f}", str(a.get("mig_profile") or "none"),
                      (str(a.get("cost_model", "")), notes), json.dumps(arch, sort_keys=True)[:400]])
     cells = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
@@ -129,10 +172,10 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
     for cost, label in COSTS.items():
         fig, ax = plt.subplots(figsize=(6, 4.2))
         for group, colour, members in _groups(trials):
-            ax.scatter([t.user_attrs[cost] for t in members], [t.values[0] for t in members], s=14, label=group,
+            ax.scatter([cost_of(t, cost) for t in members], [t.values[0] for t in members], s=14, label=group,
                        color=colour)
         front = fronts[cost]
-        ax.step([t.user_attrs[cost] for t in front], [t.values[0] for t in front], where="post", color="black",
+        ax.step([cost_of(t, cost) for t in front], [t.values[0] for t in front], where="post", color="black",
                 linewidth=1, label="Pareto front")
         ax.set_xlabel(label)
         ax.set_ylabel(_objective_name(study))

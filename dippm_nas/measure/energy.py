@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dippm_nas.measure.environment import nvml
+from dippm_nas.measure.gpu_state import nvml
 
 POWER_SAMPLE_S = 0.01
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from dippm_nas.measure import gpu_state, host, timing
+from dippm_nas.measure.gpu_state import nvml
 
 #: How a latency row is measured, written in every row. v2 against v1: precisions run under their
 #: mode's flags, the GPU brought to a settled clock first, a wide window timed again, the clocks and
@@ -59,17 +60,6 @@ class Environment:
     def as_row(self) -> dict[str, object]:
         """The fields as columns of a measurement row."""
         return asdict(self)
-
-
-def nvml():
-    """The pynvml module, initialised, or None where NVML is missing."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:
-        return None
 
 
 def describe(device_kind: str) -> Environment:

@@ -39,6 +39,17 @@ SETTLE_CAP_S = 30.0
 STATE_COLUMNS = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_limit_w")
 
 
+def nvml():
+    """The pynvml module, initialised, or None where NVML is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
 def _call(fn: Callable[[], object]) -> object | None:
     try:
         return fn()
@@ -67,8 +78,6 @@ class GpuProbe:
         """The probe of a run: pynvml's on CUDA where NVML loads, one that answers None otherwise."""
         if device_kind != "cuda":
             return cls(None)
-        from dippm_nas.measure.environment import nvml
-
         return cls(nvml(), device_index)
 
     @property

@@ -98,8 +98,8 @@ def test_mig_constraint_and_filter(cost, space):
     slot = get_device("a100-40gb").mig_profile("1g.5gb")
     expected = {t.number for t in study.trials if fits(slot, t.user_attrs["memory_mb"])}
     assert {t.number for t in trials_fitting_mig(study, "1g.5gb", "a100-40gb")} == expected
-    # at batch 1024 only some candidates fit a 1g.5gb slice: the filter returns exactly those
-    big = HardwareCostModel("a100-40gb", batch=1024, cache=cost.cache)
+    # at batch 768 only some candidates fit a 1g.5gb slice (at 1024 none does): the filter returns exactly those
+    big = HardwareCostModel("a100-40gb", batch=768, cache=cost.cache)
     heavy = _study(HardwareObjective(space, proxy, big, constraints=HardwareConstraints(mig_profiles=("1g.5gb",)),
                                      prune_infeasible=False))
     fitting = {t.number for t in heavy.trials if fits(slot, t.user_attrs["memory_mb"])}

@@ -1,0 +1,153 @@
+"""Trust labels: every prediction cites its cost model's error on comparable held-out records, recomputed
+here from the evaluation's own output (docs/accuracy/predictions.csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from dippm_nas import build_graph, predict_graph
+from dippm_nas.cost.error_table import (
+    MIN_RECORDS,
+    TABLE,
+    batch_bin,
+    build_error_table,
+    load_table,
+    lookup,
+    write_error_table,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PREDICTIONS = ROOT / "docs" / "accuracy" / "predictions.csv"
+RESULTS = ROOT / "docs" / "accuracy" / "results.json"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, str]]:
+    if not PREDICTIONS.exists():
+        pytest.skip("no docs/accuracy/predictions.csv (run `dippm-nas evaluate`)")
+    with PREDICTIONS.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _mape(rows, model: str) -> tuple[float, int]:
+    errors = [abs(float(r[f"{model}_ms"]) / float(r["measured_ms"]) - 1) for r in rows]
+    return sum(errors) / len(errors), len(errors)
+
+
+def _unique(rows):
+    """Each record once, as the analytical model's figures count them."""
+    seen, out = set(), []
+    for r in rows:
+        key = tuple(r[k] for k in ("model", "family", "device", "batch", "image_size", "precision", "layout", "torch"))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return {b: build_graph("resnet50", batch=b) for b in (1, 8, 256)}
+
+
+def test_shipped_table_is_the_evaluations(rows):
+    """The package data is built from the committed evaluation, and the split-wide figures agree with results.json."""
+    shipped = json.loads(TABLE.read_text())
+    rebuilt = build_error_table(PREDICTIONS, RESULTS)
+    assert shipped["source_sha256"] == rebuilt["source_sha256"] and shipped["cells"] == rebuilt["cells"]
+    assert shipped["splits"] == rebuilt["splits"]
+    results = json.loads(RESULTS.read_text())
+    assert shipped["splits"]["random"]["pmgns"]["latency_ms"]["mape"] == pytest.approx(
+        results["splits"]["random"]["metrics"]["PMGNS (GraphSAGE)"]["mape"], abs=1e-6)
+
+
+def test_learned_prediction_at_h100_batch_1_cites_its_own_records(rows, graphs):
+    """Not the random split's 4.9 %: the MAPE of the H100's batch-1 test records of seen families."""
+    expected, n = _mape([r for r in rows if r["split"] == "random" and r["device"] == "h100-sxm"
+                         and r["batch"] == "1" and r["precision"] == "fp16"], "pmgns")
+    p = predict_graph(graphs[1], "h100-sxm", "fp16")
+    assert p.cost_model.startswith("pmgns")
+    e = p.latency_error
+    assert (e.cost_model, e.group, e.devices, e.records) == ("pmgns", "pmgns/random", ("h100-sxm",), n)
+    assert e.mape == pytest.approx(expected, abs=1e-6) and e.mape > 0.2
+    assert f"{expected:.1%}" in p.notes[-1] and p.notes[-1].startswith("latency error: PMGNS")
+    assert not any("4.9%" in note for note in p.notes)
+
+
+def test_learned_prediction_at_rtx4090_batch_256(rows, graphs):
+    expected, n = _mape([r for r in rows if r["split"] == "random" and r["device"] == "rtx4090"
+                         and batch_bin(int(r["batch"])) == "256-1023"], "pmgns")
+    p = predict_graph(graphs[256], "rtx4090", "fp16")
+    assert p.latency_error.records == n and p.latency_error.mape == pytest.approx(expected, abs=1e-6)
+    assert p.latency_error.mape < 0.05
+
+
+def test_analytical_prediction_on_a_gpu_never_measured_says_so(rows, graphs):
+    """a100-40gb at fp32 has no record: the analytical model's error on the GPUs measured, at that batch range."""
+    records = [r for r in _unique(rows) if batch_bin(int(r["batch"])) == "4-15"]
+    expected, n = _mape(records, "analytical")
+    p = predict_graph(graphs[8], "a100-40gb", "fp32")
+    e = p.latency_error
+    assert p.cost_model == "analytical" and e.cost_model == "analytical" and e.group == "analytical/all"
+    assert e.records == n >= MIN_RECORDS and e.mape == pytest.approx(expected, abs=1e-6)
+    assert "a100-40gb was never measured" in p.notes[-1] and "no fp32 record was measured" in p.notes[-1]
+    assert set(e.devices) <= {"h100-sxm", "rtx3090", "rtx4090"}
+
+
+def test_analytical_figure_on_a_measured_gpu(rows):
+    records = [r for r in _unique(rows) if r["device"] == "h100-sxm" and r["batch"] == "1"]
+    expected, n = _mape(records, "analytical")
+    e = lookup("analytical", "h100-sxm", "fp16", 1)
+    assert (e.records, e.devices) == (n, ("h100-sxm",)) and e.mape == pytest.approx(expected, abs=1e-6)
+
+
+def test_unseen_family_and_unseen_gpu_use_their_splits(rows):
+    family, n = _mape([r for r in rows if r["split"] == "family" and r["device"] == "h100-sxm"
+                       and r["batch"] == "1"], "pmgns")
+    e = lookup("pmgns", "h100-sxm", "fp16", 1, family_in_training=False)
+    assert e.group == "pmgns/family" and e.records == n and e.mape == pytest.approx(family, abs=1e-6)
+    device, n = _mape([r for r in rows if "->" in r["split"] and r["device"] == "rtx4090"
+                       and batch_bin(int(r["batch"])) == "256-1023"], "pmgns")
+    e = lookup("pmgns", "rtx4090", "fp16", 512, gpu_in_training=False)
+    assert e.group == "pmgns/device" and e.records == n and e.mape == pytest.approx(device, abs=1e-6)
+
+
+def test_sparse_cells_widen_and_say_so():
+    e = lookup("pmgns", "h100-sxm:7g.80gb", "fp16", 64, family_in_training=True)
+    assert e.devices == ("h100-sxm",) and e.records >= MIN_RECORDS
+    assert any("no MIG slice was measured" in w for w in e.widened)
+    assert any("pooled over batches" in w for w in e.widened)
+
+
+def test_table_command_and_mismatched_results(tmp_path, rows, capsys):
+    from dippm_nas.cost.error_table import main
+
+    out = tmp_path / "table.json"
+    assert main([str(PREDICTIONS), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["cells"] == json.loads(TABLE.read_text())["cells"]
+    assert "cells from predictions.csv" in capsys.readouterr().out
+    load_table.cache_clear()
+    tampered = tmp_path / "predictions.csv"
+    text = PREDICTIONS.read_text().splitlines()
+    tampered.write_text("\n".join(text[:-50]) + "\n")
+    with pytest.raises(ValueError, match="not the same evaluation"):
+        write_error_table(tampered, RESULTS, tmp_path / "bad.json")
+
+
+def test_library_reads_only_package_data(monkeypatch, graphs):
+    """At prediction time the table comes from the package (shipped as package data), never from docs/."""
+    assert TABLE.parent == Path(__import__("dippm_nas").__file__).parent / "cost" / "weights"
+    assert '"weights/*.json"' in (ROOT / "pyproject.toml").read_text()
+    read_text = Path.read_text
+
+    def no_docs(self, *args, **kwargs):
+        assert "docs" not in self.parts, f"the library read {self}"
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", no_docs)
+    load_table.cache_clear()
+    assert predict_graph(graphs[8], "rtx4090", "fp16").latency_error is not None

@@ -1,0 +1,108 @@
+"""What a prediction says: one cost model for a GPU and its MIG slices, whether the model fits the
+memory, and the unit of every number."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from dippm_nas import Prediction, build_graph, mig_table, predict, predict_graph
+from dippm_nas.cli import main
+
+
+@pytest.fixture(scope="module")
+def resnet18_b64():
+    return build_graph("resnet18", batch=64)
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_a_7g_slice_predicts_as_its_whole_gpu(resnet18_b64):
+    """The same 132 SMs and all the memory bandwidth: the same cost model and the same latency (within 5 %)."""
+    whole = predict_graph(resnet18_b64, "h100-sxm", "fp16")
+    slice_ = predict_graph(resnet18_b64, "h100-sxm:7g.80gb", "fp16")
+    assert whole.cost_model == slice_.cost_model and whole.cost_model.startswith("pmgns")
+    assert slice_.latency_ms == pytest.approx(whole.latency_ms, rel=0.05)
+    assert slice_.energy_j == pytest.approx(whole.energy_j, rel=0.05)
+    assert any("no slice was measured" in n for n in slice_.notes)
+    rows = {r.profile: r for r in mig_table(resnet18_b64, "h100-sxm", "fp16")}
+    assert {r.cost_model for r in rows.values()} == {whole.cost_model}
+    assert rows["7g.80gb"].latency_ms == pytest.approx(whole.latency_ms, rel=0.05)
+    assert rows["1g.10gb"].latency_ms > rows["3g.40gb"].latency_ms > rows["7g.80gb"].latency_ms
+
+
+def test_mig_table_takes_what_predict_takes():
+    rows = mig_table("resnet18", "a100-40gb", batch=4)
+    assert [r.profile for r in rows][:2] == ["1g.5gb", "1g.10gb"] and all(r.fits for r in rows)
+    assert {r.cost_model for r in rows} == {"analytical"}
+    assert rows[0].energy_j_per_sample == pytest.approx(rows[0].energy_j / 4)
+    assert rows[0].to_dict()["memory_mib"] == rows[0].memory_mib > 0
+
+
+def test_a_prediction_on_a_slice_speaks_of_that_slice(resnet18_b64, capsys):
+    p = predict_graph(resnet18_b64, "h100-sxm:7g.80gb", "fp16")
+    assert p.fits and p.mig_profile == "7g.80gb" and p.mig_reason.startswith("the 7g.80gb slice of h100-sxm")
+    assert "smallest profile that holds it is 1g.10gb" in p.mig_reason
+    code, out = _run(capsys, "predict", "resnet18", "--batch", "64", "--device", "h100-sxm:7g.80gb",
+                     "--precision", "fp16")
+    assert code == 0 and "MIG slice" in out and "7g.80gb (the 7g.80gb slice of h100-sxm" in out
+    assert "MIG profile" not in out
+    too_small = predict("resnet50", batch=1024, device="a100-40gb:1g.5gb", precision="fp16")
+    assert not too_small.fits and too_small.mig_profile is None
+    assert "exceeds its 4864 MiB usable" in too_small.mig_reason and too_small.notes[0].startswith("does not fit")
+
+
+def test_mig_command_names_one_cost_model(capsys):
+    code, out = _run(capsys, "mig", "resnet18", "--batch", "8", "--device", "h100-sxm", "--precision", "fp16")
+    assert code == 0 and "cost model, the same for the whole GPU and every slice: pmgns" in out
+    assert "whole GPU" in out and "latency ms/batch" in out
+    code, out = _run(capsys, "mig", "resnet18", "--batch", "8", "--device", "h100-sxm", "--precision", "fp16",
+                     "--json")
+    data = json.loads(out)
+    assert code == 0 and data["cost_model"] == data["prediction"]["cost_model"]
+    assert {p["cost_model"] for p in data["profiles"]} == {data["cost_model"]} and data["units"]["memory_mib"] == "MiB"
+
+
+def test_out_of_memory_is_said_plainly(capsys):
+    p = predict("resnet50", batch=4096, device="rtx4090", precision="fp16")
+    assert p.fits is False and p.memory_mib > 24 * 1024 and p.memory_available_mib == 24 * 1024
+    assert p.notes[0].startswith("does not fit:") and "exceeds the 24,576 MiB of rtx4090" in p.notes[0]
+    assert "or less would fit" in p.notes[0]
+    small = predict("resnet50", batch=8, device="rtx4090", precision="fp16")
+    assert small.fits is True and not small.notes[0].startswith("does not fit")
+    code, out = _run(capsys, "predict", "resnet50", "--batch", "4096", "--device", "rtx4090", "--precision", "fp16")
+    assert code == 0 and "fits           no" in out and "note: does not fit:" in out
+
+
+def test_units_are_named():
+    p = predict("resnet18", batch=4, device="a100-40gb")
+    with pytest.warns(DeprecationWarning, match="memory_mib"):
+        assert p.memory_mb == p.memory_mib
+    assert p.energy_j_per_sample == pytest.approx(p.energy_j / 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # to_dict itself raises no deprecation warning
+        data = p.to_dict()
+    assert data["memory_mb"] == data["memory_mib"] and data["energy_j_per_sample"] == p.energy_j_per_sample
+    assert data["units"]["energy_j"].startswith("J for one inference of the whole batch")
+    assert data["units"]["memory_mib"].startswith("MiB") and data["fits"] is True
+    assert json.loads(json.dumps(data))["latency_error"]["cost_model"] == "analytical"
+    with pytest.warns(DeprecationWarning, match="memory_mib"):
+        old = Prediction(model="m", latency_ms=1.0, energy_j=1.0, memory_mb=5.0, mig_profile=None, device="a100-40gb",
+                         precision="fp32", batch=1, cost_model="analytical")
+    assert old.memory_mib == 5.0
+
+
+def test_predict_table_says_the_units(capsys):
+    code, out = _run(capsys, "predict", "resnet18", "--batch", "4", "--device", "h100-sxm", "--precision", "fp16")
+    assert code == 0
+    for text in ("ms per batch", "J per batch", "J per sample", "MiB of 81,920 MiB", "fits           yes",
+                 "latency error", "note: latency error: PMGNS's MAPE"):
+        assert text in out
+    code, out = _run(capsys, "predict", "resnet18", "--batch", "4", "--json")
+    data = json.loads(out)
+    assert {"memory_mib", "memory_mb", "energy_j_per_sample", "units", "fits", "latency_error"} <= set(data)

@@ -1,0 +1,87 @@
+"""Every example under examples/ runs to a meaningful result with small settings, and says what to change
+when the search finds nothing, without a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from dippm_nas.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+def _example(name: str):
+    """The example script as a module, to call its ``main`` with small arguments in this process."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_has_a_test():
+    tested = {"mobilenetv3_mig_search", "timm_zoo_search"}
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_flagship_defaults_find_a_feasible_candidate(tmp_path):
+    """The README's command, as a new user runs it: its default latency bound comes from the space."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "mobilenetv3_mig_search.py"), "--trials", "3",
+                           "--storage", url], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "DIPPM_NAS_NO_CACHE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    bound = re.search(r"latency bound ([\d.]+) ms: the space's candidates take ([\d.]+) ms \(smallest\) to "
+                      r"([\d.]+) ms \(largest\)", proc.stdout)
+    assert bound and float(bound[2]) < float(bound[1]) < float(bound[3])
+    feasible = int(re.search(r"(\d+) feasible", proc.stdout)[1])
+    assert feasible >= 1 and "best NASWOT proxy" in proc.stdout and "MIG 1g.5gb" in proc.stdout
+    study = optuna.load_study(study_name="mobilenetv3-mig", storage=url)
+    assert len(study.trials) == 3
+    assert cli(["report", "--storage", url, "--study", "mobilenetv3-mig", "--out", str(tmp_path / "r.html")]) == 0
+
+
+def test_flagship_with_an_unreachable_bound_says_what_to_change(tmp_path, capsys):
+    example = _example("mobilenetv3_mig_search")
+    url = f"sqlite:///{tmp_path / 'tight.db'}"
+    code = example.main(["--trials", "2", "--latency-ms", "0.5", "--storage", url,
+                         "--report", str(tmp_path / "r.html")])
+    out = capsys.readouterr().out
+    assert code == 1 and "0 feasible" in out
+    assert "no candidate met the constraints: the closest missed the latency bound by" in out
+    assert "raise --latency-ms" in out
+    assert "no report: " in out and "pruned as infeasible before training" in out
+    assert example.main(["--profile", "9g.1gb", "--latency-ms", "5", "--trials", "1"]) == 2
+    assert "unknown MIG profile" in capsys.readouterr().err
+
+
+def test_timm_zoo_example(capsys, tmp_path):
+    example = _example("timm_zoo_search")
+    code = example.main(["--trials", "2", "--models", "resnet18,mobilenetv3_large_100", "--report",
+                         str(tmp_path / "zoo.html")])
+    out = capsys.readouterr().out
+    assert code == 0 and "Pareto front" in out and "[analytical]" in out and "report: " in out
+    assert re.search(r"\n(resnet18|mobilenetv3_large_100)\.\S+\s+\d+\.\d+\s+\d+\.\d+", out)
+
+
+def test_timm_zoo_example_when_nothing_fits(capsys):
+    example = _example("timm_zoo_search")
+    code = example.main(["--trials", "1", "--models", "resnet50", "--profile", "1g.5gb", "--batch", "1024"])
+    out = capsys.readouterr().out
+    assert code == 1 and "no model fits a100-40gb 1g.5gb at batch 1024" in out and "choose a larger --profile" in out
+
+
+@pytest.mark.parametrize("name", ["mobilenetv3_mig_search", "timm_zoo_search"])
+def test_help_runs(name):
+    proc = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "usage:" in proc.stdout
