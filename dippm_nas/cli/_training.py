@@ -112,14 +112,41 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.paths import project
 
     config = _training_config(args)
+    if args.leave_one_gpu_out:
+        return _leave_one_gpu_out(args, config)
     ts = _training_set(args)
     evaluation = evaluate(ts, config, args.comparison_epochs, ship=_shipper(ts) if args.ship else None)
     report = write_report(evaluation, ts, project().docs)
+    if args.ship:  # the shipped model's error figures, from the same run's test predictions
+        from dippm_nas.cost.error_table import write_error_table
+
+        print(f"error table: {write_error_table(project().docs / 'accuracy' / 'predictions.csv')}")
     for name, r in evaluation.results["splits"].items():
         m = r["metrics"]
         print(f"{name:18s} " + "  ".join(f"{k}: MAPE {v['mape']:.1%} tau {v['tau']:.3f} within10 {v['within10']:.1%}"
                                         for k, v in m.items()))
     print(f"report: {report}")
+    return 0
+
+
+def _leave_one_gpu_out(args: argparse.Namespace, config) -> int:
+    """Each GPU held out in turn, rendered into the project's ``docs/transfer.md``."""
+    from dippm_nas.training.accuracy_report import write_transfer_report
+    from dippm_nas.training.paths import project
+    from dippm_nas.training.transfer import TRANSFER_MODELS, evaluate_transfer
+
+    models = tuple(m for m in args.models.split(",") if m)
+    unknown = sorted(set(models) - set(TRANSFER_MODELS))
+    if unknown or not models:
+        raise DippmError(f"--models {args.models!r}: give some of {', '.join(TRANSFER_MODELS)}, comma-separated.")
+    ts = _training_set(args)
+    gpus = [g for g in args.gpus.split(",") if g] if args.gpus else None
+    missing = sorted(set(gpus or ()) - set(ts.devices))
+    if missing:
+        raise DippmError(f"no record of {', '.join(missing)} in the data set; GPUs with records: "
+                         f"{', '.join(sorted(set(ts.devices)))}.")
+    result = evaluate_transfer(ts, config, gpus, models)
+    print(f"report: {write_transfer_report(result, ts, project().docs)}")
     return 0
 
 
@@ -164,4 +191,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            help="epochs for the GNN comparison (the paper compared at 10)")
             t.add_argument("--ship", action="store_true",
                            help="also ship the random split's model, exactly what `train` would write")
+            t.add_argument("--leave-one-gpu-out", action="store_true",
+                           help="instead: hold each GPU out in turn (train without its records, test on all of "
+                                "them) and write docs/transfer.md")
+            t.add_argument("--models", default="analytical,pmgns",
+                           help="with --leave-one-gpu-out: the models to score (default: analytical,pmgns; "
+                                "pmgns trains once per GPU)")
+            t.add_argument("--gpus", default="", help="with --leave-one-gpu-out: only these GPUs, comma-separated")
         t.set_defaults(func=func)
