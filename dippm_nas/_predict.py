@@ -7,6 +7,7 @@ from typing import Any
 
 from dippm_nas._model_cache import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
+from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
 from dippm_nas.errors import DippmError
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
@@ -30,8 +31,12 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
 
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
                   cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
-                  layout: str = "nchw") -> Prediction:
+                  layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None) -> Prediction:
     """Predict for a graph already built (its batch size is the graph's).
+
+    ``mode`` is how the forward pass is issued: ``eager`` (PyTorch's default: one host thread issues each
+    operator, ``host`` names whose CPU, :data:`dippm_nas.cost.host.HOST_PROFILES`) or ``cuda-graphs`` (one
+    replay, no operator waits on the host).
 
     ``fits`` says whether the predicted memory plus the ``mig_margin`` fits the device's memory (a MIG
     slice's usable memory); where it does not, the first note says by how much and about which batch
@@ -42,7 +47,9 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     gpu = get_device(device)
     check_precision(precision)
     check_layout(layout)
-    estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model)
+    check_mode(mode)
+    host_profile = get_host_profile(host)
+    estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model, mode, host)
     need = required_memory(estimate.memory_mib, mig_margin)
     fits_memory = need <= gpu.memory_mib
     if gpu.slice_of:
@@ -59,7 +66,7 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
         precision=precision, batch=graph.batch, cost_model=estimate.cost_model, layout=layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=estimate.error,
-        estimate=estimate,
+        mode=mode, host=host_profile.name if mode == "eager" else "", estimate=estimate,
     )
 
 
@@ -99,34 +106,39 @@ def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: flo
     return note + "; choose a smaller batch, a lower precision or a larger device"
 
 
-def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str):
+def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str, mode: str = "eager",
+              host: str | HostProfile | None = None):
     """``auto``: the learned model where it was trained, else the analytical one, saying why."""
+    execution = {"mode": mode, "host": host}
     if cost_model != "auto":
-        return get_cost_model(cost_model).estimate(graph, gpu, precision, layout), ()
+        return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
     try:
-        return get_cost_model("pmgns").estimate(graph, gpu, precision, layout), ()
+        return get_cost_model("pmgns").estimate(graph, gpu, precision, layout, **execution), ()
     except NotCovered as reason:
-        return get_cost_model("analytical").estimate(graph, gpu, precision, layout), (
+        return get_cost_model("analytical").estimate(graph, gpu, precision, layout, **execution), (
             f"{reason}: analytical (roofline) estimate",)
 
 
 def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,
-            precision: str = "fp32", *, cost_model: str = "auto",
-            mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw") -> Prediction:
+            precision: str = "fp32", *, cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN,
+            layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None) -> Prediction:
     """Latency, energy, memory and MIG slice of one inference of ``batch`` inputs on ``device``.
 
     ``model`` is a ``torch.nn.Module``, a timm name, an ``.onnx`` path, ``"package.module:factory"``
     or ``"hf:<model_type>"``. ``input_shape`` excludes the batch: ``(3, 224, 224)``, or a list of
     :class:`~dippm_nas.inputs.TensorSpec` for several or non-image inputs; None takes the model's
     default. ``layout`` is the memory layout the model would run in: ``nchw`` (PyTorch's default) or
-    ``nhwc`` (channels_last). Nothing runs on a GPU and no weights are materialised.
+    ``nhwc`` (channels_last). ``mode`` and ``host``: how the operators are issued (:func:`predict_graph`).
+    ``precision`` is PyTorch's: ``fp32`` its defaults (TF32 in cuDNN convolutions, not in matmuls),
+    ``fp32-strict`` and ``tf32`` TF32 off or on everywhere, ``fp16`` and ``bf16`` autocast. Nothing runs
+    on a GPU and no weights are materialised.
 
     >>> p = predict("resnet18", batch=8, device="h100-sxm", precision="fp16")
     >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mib < 2000, p.fits
     ('pmgns', '1g.10gb', True, True)
     """
     graph = checked_graph(model, input_shape, batch, device, precision, layout, mig_margin)
-    return predict_graph(graph, device, precision, cost_model, mig_margin, layout=layout)
+    return predict_graph(graph, device, precision, cost_model, mig_margin, layout=layout, mode=mode, host=host)
 
 
 def checked_graph(model: Any, input_shape: InputLike, batch: int, device: str | Device, precision: str,
@@ -176,7 +188,8 @@ class SliceEstimate:
 
 def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
               cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
-              input_shape: InputLike = None, batch: int = 8, layout: str = "nchw") -> list[SliceEstimate]:
+              input_shape: InputLike = None, batch: int = 8, layout: str = "nchw", mode: str = "eager",
+              host: str | HostProfile | None = None) -> list[SliceEstimate]:
     """Every MIG profile of ``device`` with fit, latency and energy on that slice.
 
     ``model`` is a :class:`ModelGraph` (its batch is the graph's) or anything :func:`predict` takes, with
@@ -197,11 +210,12 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
                          + ", ".join(d.key for d in _mig_devices()) + ".")
     graph = model if isinstance(model, ModelGraph) else checked_graph(
         model, input_shape, batch, gpu, precision, layout, mig_margin=mig_margin)
-    whole = predict_graph(graph, gpu, precision, cost_model, mig_margin, layout=layout)
+    execution = {"layout": layout, "mode": mode, "host": host}
+    whole = predict_graph(graph, gpu, precision, cost_model, mig_margin, **execution)
     answered_by = whole.cost_model.split(" ")[0]  # the same model on every slice as on the whole GPU
     rows = []
     for profile in gpu.mig_profiles:
-        p = predict_graph(graph, gpu.as_slice(profile), precision, answered_by, mig_margin, layout=layout)
+        p = predict_graph(graph, gpu.as_slice(profile), precision, answered_by, mig_margin, **execution)
         rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count, bool(p.fits), p.latency_ms,
                                   p.energy_j, p.memory_mib, p.energy_j_per_sample, p.cost_model))
     return rows

@@ -50,6 +50,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
+    parser.add_argument("--mode", default="eager", choices=["eager", "cuda-graphs"],
+                        help="how the forward pass is issued: eager (PyTorch's default, each operator from the host) "
+                             "or cuda-graphs (one replay, no host wait) (default: eager)")
+    parser.add_argument("--host", default=None, metavar="PROFILE",
+                        help="whose CPU issues eager's operators: a host profile of dippm_nas.cost.host "
+                             "(default: h100-harness, the CPU of our H100 harness)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -60,7 +66,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
     p = predict_graph(graph, args.device, args.precision, cost_model=args.cost_model, mig_margin=args.mig_margin,
-                      layout=args.layout)
+                      layout=args.layout, mode=args.mode, host=args.host)
     operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
     if args.json:
         out = p.to_dict()
@@ -78,12 +84,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"{m.activations_mib:.0f} + workspace {m.workspace_mib:.0f} + allocator {m.allocator_mib:.0f} "
               f"+ kernels' modules {m.modules_mib:.0f} MiB")
     if operators:
-        rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound]
-                for c in operators]
+        rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound,
+                 c.unit] for c in operators]
         if timed_by != p.cost_model:
             print(f"\nthe slowest operators as the {timed_by} model times them ({p.cost_model.split(' ')[0]} "
                   "corrects the total, not each operator):", end="")
-        print("\n" + format_table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound"]))
+        print("\n" + format_table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound", "unit"]))
     for note in p.notes:
         print(f"note: {note}")
     return 0
@@ -112,8 +118,9 @@ def cmd_mig(args: argparse.Namespace) -> int:
     from dippm_nas._predict import checked_graph, mig_table, predict_graph
 
     graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
-    whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
-    rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, layout=args.layout)
+    execution = {"layout": args.layout, "mode": args.mode, "host": args.host}
+    whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
+    rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
     if args.json:
         print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),
                           "profiles": [r.to_dict() for r in rows],
@@ -155,6 +162,7 @@ def prediction_rows(p) -> list[list[str]]:
     rows = [
         ["model", p.model], ["device", p.device + (" (a MIG slice)" if on_slice else "")],
         ["precision", p.precision], ["layout", p.layout], ["batch", str(p.batch)],
+        ["execution", p.mode + (f" (host {p.host})" if p.host else "")],
         ["latency", f"{p.latency_ms:.3f} ms per batch"],
         ["energy", f"{p.energy_j:.4f} J per batch, {p.energy_j_per_sample:.4g} J per sample"],
         ["memory", f"{p.memory_mib:,.0f} MiB of {p.memory_available_mib:,.0f} MiB"], ["fits", fits],

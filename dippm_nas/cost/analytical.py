@@ -46,6 +46,7 @@ import numpy as np
 from dippm_nas.cost.allocator import MIB, replay
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost
 from dippm_nas.cost.error_table import lookup
+from dippm_nas.cost.host import HostProfile, get_host_profile, host_seconds
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph import ops
 from dippm_nas.graph.model_graph import ModelGraph
@@ -56,25 +57,24 @@ from dippm_nas.hardware.registry import Device, check_layout, check_precision
 #: stream; PyTorch eager's own time on the host to issue an operator is :data:`HOST_OPERATOR_US`.
 KERNEL_OVERHEAD_US = 4.0
 
-#: Host time to issue one operator in eager PyTorch (Python, the dispatcher, autocast, the launch) and
-#: one view (no kernel, but the same dispatch). The GPU runs an operator once the host has issued it
-#: and the previous one has finished, so a model of many small operators waits on the host
-#: (:func:`queued_latency`). Both are fitted on the harness's H100 records at batch 1 in the training
-#: sets, where the host binds. They are a property of the host's CPU (x86_64 on the H100 machine,
-#: PyTorch 2.11), not of the GPU; timm's benchmarks at batch 256 and more are bound by the GPU either way.
-HOST_OPERATOR_US = 34.0
-HOST_VIEW_US = 14.0
+#: The default host's time to issue one operator in eager PyTorch and one view (no kernel, but the same
+#: dispatch): :data:`dippm_nas.cost.host.HOST_PROFILES`' default, where the host's model lives. The GPU
+#: runs an operator once the host has issued it and the previous one has finished, so a model of many
+#: small operators waits on the host (:func:`queued_latency`).
+HOST_OPERATOR_US = get_host_profile().operator_us
+HOST_VIEW_US = get_host_profile().view_us
 #: A prediction whose GPU waits on the host for more than this share of its latency says so.
 HOST_BOUND_NOTE_SHARE = 0.25
 
 
-def host_bound_notes(wait_share: float, operators: int) -> tuple[str, ...]:
+def host_bound_notes(wait_share: float, operators: int, host: str | HostProfile | None = None) -> tuple[str, ...]:
     """What a user should know when the latency is the host's, not the GPU's."""
     if wait_share < HOST_BOUND_NOTE_SHARE:
         return ()
+    profile = get_host_profile(host)
     return (f"the GPU waits on the host for {wait_share:.0%} of this latency: eager PyTorch issues {operators} "
-            f"operators at about {HOST_OPERATOR_US:.0f} us each (the CPU of our H100 harness); a faster CPU, "
-            "CUDA graphs or torch.compile would shorten it",)
+            f"operators at about {profile.operator_us:.0f} us each ({profile.description}); a faster CPU, "
+            "CUDA graphs (mode 'cuda-graphs') or torch.compile would shorten it",)
 
 #: One dependent round trip to device memory: about 230-250 ns on the GDDR6 and GDDR6X cards by
 #: pointer chasing (Chips and Cheese, "Measuring GPU Memory Latency", 2021: 226 ns on a 6900 XT,
@@ -205,8 +205,16 @@ def queued_latency(time_s: np.ndarray, host_s: np.ndarray, gpu_scales: np.ndarra
 
 
 def peak_tflops(category: str, device: Device, precision: str) -> float:
-    """The peak of the unit that runs an operator of ``category`` at ``precision``."""
-    if category not in TENSOR_CORE_CATEGORIES:
+    """The peak of the unit that runs an operator of ``category`` at ``precision``, as PyTorch runs it:
+    in ``fp32`` cuDNN convolutions on TF32 tensor cores where the GPU has them and matmuls in full FP32,
+    in ``fp32-strict`` everything in FP32, in ``tf32`` both on TF32 tensor cores.
+
+    >>> from dippm_nas.hardware import get_device
+    >>> a100 = get_device("a100-40gb")
+    >>> peak_tflops("conv", a100, "fp32"), peak_tflops("matmul", a100, "fp32"), peak_tflops("conv", a100, "fp32-strict")
+    (156.0, 19.5, 19.5)
+    """
+    if category not in TENSOR_CORE_CATEGORIES or precision == "fp32-strict":
         return device.fp32_tflops
     if precision == "fp32":
         # cuDNN convolutions may use TF32 by default (torch.backends.cudnn.allow_tf32), cuBLAS
@@ -217,6 +225,55 @@ def peak_tflops(category: str, device: Device, precision: str) -> float:
     if precision == "tf32":
         return device.tf32_tflops or device.fp32_tflops
     return device.tensor_tflops(precision)
+
+
+def operator_units(table: NodeTable, device: Device, precision: str,
+                   release: tuple[int, int] | None = None) -> np.ndarray:
+    """Per operator, the unit its arithmetic runs on at ``precision``, as the roofline prices it: tensor
+    cores (TF32, FP16, BF16) for matmuls, attention and convolutions whose channels suit them where the
+    precision's flags allow it, the CUDA cores otherwise; '' for a view.
+
+    >>> import dippm_nas
+    >>> from dippm_nas.cost.table import node_table
+    >>> table = node_table(dippm_nas.build_graph("resnet18", batch=1))
+    >>> a100 = dippm_nas.get_device("a100-40gb")
+    >>> sorted(set(operator_units(table, a100, "fp32")) - {""})
+    ['CUDA cores', 'CUDA cores (FP32)', 'tensor cores (TF32)']
+    >>> sorted(set(operator_units(table, a100, "fp32-strict")) - {""})
+    ['CUDA cores', 'CUDA cores (FP32)']
+    """
+    half = precision in HALF_PRECISIONS
+    float32_math = sdpa_math(table, half, release)[3]
+    on_tensor_cores = []
+    for category in ops.CATEGORIES:
+        peak = peak_tflops(category, device, precision) if category in TENSOR_CORE_CATEGORIES else None
+        if peak is None or peak == device.fp32_tflops:
+            on_tensor_cores.append("CUDA cores (FP32)" if peak is not None else "CUDA cores")
+        else:
+            on_tensor_cores.append(f"tensor cores ({'TF32' if not half else precision.upper()})")
+    units = np.array(on_tensor_cores, dtype=object)[table.category]
+    fp32_only = table.cuda_core_conv | ((table.sdpa_math[:, 0] > 0) & float32_math)
+    units = np.where(fp32_only, "CUDA cores (FP32)", units)
+    return np.where(table.is_view, "", units)
+
+
+def precision_note(table: NodeTable, units: np.ndarray, device: Device, precision: str) -> tuple[str, ...]:
+    """At PyTorch's fp32 defaults on a GPU with TF32, which of the model's convolutions and matmuls run on
+    TF32 tensor cores and which in full FP32: the flags decide, not the model."""
+    if precision != "fp32" or not device.tf32_tflops:
+        return ()
+    conv, matmul = (table.category == ops.CATEGORIES.index(c) for c in ("conv", "matmul"))
+    tf32 = units == "tensor cores (TF32)"
+    parts = []
+    if conv.any():
+        parts.append(f"{int((conv & tf32).sum())} of {int(conv.sum())} convolutions on TF32 tensor cores "
+                     "(cudnn.allow_tf32 is True by default)")
+    if matmul.any():
+        n = int(matmul.sum())
+        parts.append(f"{n} matmul{'s' if n > 1 else ''} in full FP32 (matmul.allow_tf32 is False by default)")
+    if not parts:
+        return ()
+    return (f"fp32 as PyTorch runs it: {'; '.join(parts)}; precision fp32-strict or tf32 prices other flags",)
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,8 +318,11 @@ class AnalyticalCostModel:
     name = "analytical"
 
     def roofline(self, table: NodeTable, device: Device, precision: str, layout: str = "nchw",
-                 release: tuple[int, int] | None = None) -> Roofline:
-        """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one."""
+                 release: tuple[int, int] | None = None, *, mode: str = "eager",
+                 host: str | HostProfile | None = None) -> Roofline:
+        """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one.
+        ``mode`` and ``host``: how the operators are issued (:mod:`dippm_nas.cost.host`): eager from the
+        ``host`` profile's CPU (the default's), or as one CUDA graph."""
         half = precision in HALF_PRECISIONS
         tensor_core = _TENSOR_CORE[table.category]
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
@@ -311,7 +371,7 @@ class AnalyticalCostModel:
         bound = np.where(overhead_s > run_s, 2, np.where(compute_s >= np.maximum(memory_s, latency_s), 0, 1))
         return Roofline(time_s=np.where(view, 0.0, run_s + overhead_s), busy_s=np.where(view, 0.0, busy_s),
                         moved=np.where(view, 0.0, moved), bound=np.where(view, 3, bound),
-                        host_s=np.where(view, HOST_VIEW_US, HOST_OPERATOR_US) * 1e-6)
+                        host_s=host_seconds(view, half, mode, host))
 
     # -- memory ---------------------------------------------------------------------------------
     def transient_bytes(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None
@@ -358,21 +418,27 @@ class AnalyticalCostModel:
 
     # -- the whole graph ------------------------------------------------------------------------
     def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
-                  graph: ModelGraph | None = None, release: tuple[int, int] | None = None) -> Estimate:
+                  graph: ModelGraph | None = None, release: tuple[int, int] | None = None,
+                  host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory from a roofline; the per-operator costs when ``graph`` is given."""
         idle_w = IDLE_POWER_FRACTION * device.tdp_w
         latency_s = roofline.latency_s  # the GPU idles while it waits on the host
         energy = latency_s * idle_w + float(roofline.busy_s.sum()) * (device.tdp_w - idle_w)
         memory = self.memory(table, precision, release)
         nodes: tuple[NodeCost, ...] = ()
+        notes: tuple[str, ...] = ()
         if graph is not None:
-            nodes = tuple(NodeCost(n.id, n.op, t * 1e3, n.flops, int(m), BOUNDS[b]) for n, t, m, b in
-                          zip(graph.nodes, roofline.time_s.tolist(), roofline.moved.tolist(), roofline.bound.tolist()))
-        notes = host_bound_notes(roofline.host_wait_share(), int((~table.is_view).sum()))
+            units = operator_units(table, device, precision, release)
+            nodes = tuple(NodeCost(n.id, n.op, t * 1e3, n.flops, int(m), BOUNDS[b], u) for n, t, m, b, u in
+                          zip(graph.nodes, roofline.time_s.tolist(), roofline.moved.tolist(), roofline.bound.tolist(),
+                              units.tolist()))
+            notes = precision_note(table, units, device, precision)
+        notes += host_bound_notes(roofline.host_wait_share(), int((~table.is_view).sum()), host)
         return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=memory.total_mib,
                         cost_model=self.name, memory=memory, nodes=nodes, notes=notes)
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+                 mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs,
         and (``error``) the model's latency error on the measured records most like the request
         (:mod:`dippm_nas.cost.error_table`).
@@ -391,7 +457,8 @@ class AnalyticalCostModel:
         check_precision(precision)
         check_layout(layout)
         table = node_table(graph)
-        estimate = self.summarize(table, self.roofline(table, device, precision, layout), device, precision, graph)
+        roofline = self.roofline(table, device, precision, layout, mode=mode, host=host)
+        estimate = self.summarize(table, roofline, device, precision, graph, host=host)
         if estimate.latency_ms <= 0:  # nothing runs: no latency to be wrong about
             return estimate
         return replace(estimate, error=lookup(self.name, device.key, precision, graph.batch))

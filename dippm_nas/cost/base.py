@@ -24,6 +24,7 @@ class NodeCost:
     flops: int
     bytes: int
     bound: str  # "compute", "memory", "overhead" or "free" (a view)
+    unit: str = ""  # what runs its arithmetic: "tensor cores (TF32)", "CUDA cores (FP32)"...; "" for a view
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ class CostModel(Protocol):
 
     name: str
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = "nchw") -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = "nchw", *,
+                 mode: str = "eager", host: object = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` (at its batch) on ``device``."""
         ...
 
@@ -130,6 +132,7 @@ UNITS: dict[str, str] = {
     "memory_available_mib": "MiB of the device's memory (a MIG slice's usable memory)",
     "gflops": "GFLOPs for one inference of the whole batch",
     "params_m": "millions of parameters",
+    "host": "the host profile whose per-operator dispatch time eager mode pays ('' under cuda-graphs)",
 }
 
 
@@ -166,6 +169,9 @@ class Prediction:
     fits: bool | None = None
     memory_available_mib: float | None = None
     latency_error: ErrorFigure | None = None
+    #: How the forward pass is issued: ``eager`` (from the host, ``host`` names its profile) or ``cuda-graphs``.
+    mode: str = "eager"
+    host: str = ""
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property

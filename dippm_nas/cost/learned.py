@@ -29,6 +29,7 @@ from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
+from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_profile
 from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
 from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
 from dippm_nas.cost.scaling import Scaling
@@ -243,14 +244,17 @@ class PMGNSCostModel:
             return f"PMGNS is trained for {', '.join(self.card.precisions)}, not {precision}"
         return None
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw") -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+                 mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, under the newest PyTorch
         the card has records of on ``device``.
 
         On a MIG slice, the network reads the whole GPU's request, and its correction applies to the
-        slice's roofline. Raises NotCovered for a device or precision off the card, or a graph without
-        operators; the notes say how far the request is from the training data, and ``error`` how far
-        off PMGNS was on comparable held-out records.
+        slice's roofline. So does another execution ``mode`` or ``host``: the network reads the request as
+        its records were measured (eager, on the default host) and its correction of the GPU's time applies
+        to the requested execution's queue (under CUDA graphs, no host term at all). Raises NotCovered for a
+        device or precision off the card, or a graph without operators; the notes say how far the request
+        is from the training data, and ``error`` how far off PMGNS was on comparable held-out records.
         """
         reason = self.covers(device, precision)
         if reason:
@@ -264,8 +268,10 @@ class PMGNSCostModel:
         inputs = record_inputs(table, request, self.analytical)
         with torch.inference_mode(), one_thread():
             out = self._correction(graph, inputs)  # [members, targets]
-            if device.slice_of:  # the whole GPU's correction, on the slice's own roofline
-                inputs = record_inputs(table, request | {"device": device.key}, self.analytical)
+            execution = {"mode": check_mode(mode), "host": host}
+            if device.slice_of or mode != "eager" or get_host_profile(host).name != DEFAULT_HOST:
+                # the whole GPU's correction, read as measured, on the request's own roofline and queue
+                inputs = record_inputs(table, request | {"device": device.key} | execution, self.analytical)
             curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
             latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean
         analytical = inputs.estimate
@@ -286,7 +292,7 @@ class PMGNSCostModel:
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
             memory=analytical.memory, cost_model=_learned_label(learned),
             notes=coverage_notes(self.card, graph.family, graph.batch, error) + slice_note
-            + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum())),
+            + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host),
             error=error,
         )
 

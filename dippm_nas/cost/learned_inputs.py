@@ -55,12 +55,15 @@ class RecordInputs:
 
 def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> RecordInputs:
     """``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device,
-    precision, layout and torch: a Record or a prediction request alike."""
+    precision, layout and torch: a Record or a prediction request alike. It may also name an execution
+    ``mode`` and ``host`` profile (:mod:`dippm_nas.cost.host`); every record was measured eager on its
+    harness's host, the default."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
     release = torch_release(record_like["torch"])
-    roofline = analytical.roofline(table, device, precision, record_like["layout"], release)
-    estimate = analytical.summarize(table, roofline, device, precision, release=release)
+    mode, host = record_like.get("mode", "eager"), record_like.get("host")
+    roofline = analytical.roofline(table, device, precision, record_like["layout"], release, mode=mode, host=host)
+    estimate = analytical.summarize(table, roofline, device, precision, release=release, host=host)
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
              for k, v in static_features(table).items()}
     feats["batch"] = math.log(record_like["batch"])

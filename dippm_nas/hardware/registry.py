@@ -20,6 +20,7 @@ GIB_IN_MIB = 1024.0
 PRECISIONS: dict[str, str] = {
     "fp32": "float32 weights and activations; PyTorch defaults (cuDNN convolutions may use TF32, "
     "matmuls do not)",
+    "fp32-strict": "float32 with TF32 off everywhere (cudnn.allow_tf32 and matmul.allow_tf32 False)",
     "tf32": "float32 storage with TF32 tensor-core math for matmuls and convolutions",
     "fp16": "float16 autocast (torch.autocast(dtype=torch.float16))",
     "bf16": "bfloat16 autocast (torch.autocast(dtype=torch.bfloat16))",
@@ -92,12 +93,13 @@ class Device:
         check_precision(precision)
         peak = {
             "fp32": self.fp32_tflops,
+            "fp32-strict": self.fp32_tflops,
             "tf32": self.tf32_tflops,
             "fp16": self.fp16_tflops,
             "bf16": self.bf16_tflops,
         }[precision]
         if peak is None:
-            supported = [p for p in PRECISIONS if p == "fp32" or getattr(self, f"{p}_tflops")]
+            supported = [p for p in PRECISIONS if p.startswith("fp32") or getattr(self, f"{p}_tflops")]
             raise DippmError(
                 f"{self.key} ({self.name}) has no {precision} tensor cores in its spec sheet; "
                 f"choose one of: {', '.join(supported)}."

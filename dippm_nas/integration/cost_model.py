@@ -22,6 +22,8 @@ class HardwareCostModel:
     ``cache`` is a :class:`GraphCache`, a path to a SQLite file shared by all workers, or None for a
     private in-memory cache; ``use_cache=False`` featurizes every candidate whole, from scratch.
     ``cost_model="auto"`` takes the learned model where it was trained and the analytical one elsewhere.
+    ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU, or
+    ``cuda-graphs``), :func:`dippm_nas.predict_graph`.
 
     >>> import optuna
     >>> from search_spaces import get_search_space
@@ -35,11 +37,16 @@ class HardwareCostModel:
 
     def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
-                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw"):
+                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
+                 mode: str = "eager", host: str | None = None):
+        from dippm_nas.cost.host import check_mode, get_host_profile
+
         check_batch(batch)
         self.device = get_device(device)
         self.precision = check_precision(precision)
         self.layout = check_layout(layout)
+        self.mode = check_mode(mode)
+        self.host = get_host_profile(host).name
         self.batch = batch
         self.cost_model = cost_model
         self.mig_margin = mig_margin
@@ -70,4 +77,4 @@ class HardwareCostModel:
         from dippm_nas._predict import predict_graph
 
         return predict_graph(self.graph(candidate, inputs), self.device, self.precision, self.cost_model,
-                             self.mig_margin, layout=self.layout)
+                             self.mig_margin, layout=self.layout, mode=self.mode, host=self.host)
