@@ -167,7 +167,7 @@ def _torch_module_description(model: Any) -> list[object] | None:
                 continue
             try:
                 sources.add(inspect.getsourcefile(klass) or "")
-            except TypeError:  # defined in __main__ of an interactive session, or compiled
+            except TypeError:  # defined in __main__ of an interactive interpreter, or compiled
                 return None
     if "" in sources:
         return None
