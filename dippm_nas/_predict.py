@@ -7,6 +7,7 @@ from typing import Any
 
 from dippm_nas._model_cache import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
+from dippm_nas.cost.coverage import not_covered
 from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
 from dippm_nas.errors import DippmError
 from dippm_nas.graph.model_graph import ModelGraph
@@ -113,6 +114,9 @@ def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_
     if cost_model != "auto":
         return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
     try:
+        reason = not_covered(gpu, precision)  # from the card alone: an uncovered request never loads torch
+        if reason:
+            raise NotCovered(reason)
         return get_cost_model("pmgns").estimate(graph, gpu, precision, layout, **execution), ()
     except NotCovered as reason:
         return get_cost_model("analytical").estimate(graph, gpu, precision, layout, **execution), (

@@ -27,6 +27,7 @@ import torch
 
 from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
+from dippm_nas.cost.coverage import WEIGHTS, not_covered
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_profile
@@ -36,8 +37,6 @@ from dippm_nas.cost.scaling import Scaling
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device, get_device
-
-WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 @dataclass(frozen=True)
@@ -236,13 +235,8 @@ class PMGNSCostModel:
         return FusedSage.of(self.models, self.card) if self.models[0].conv_name == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
-        """None when covered, else why not. A MIG slice is covered where its whole GPU is."""
-        gpu = device.key.split(":")[0] if device.slice_of else device.key
-        if gpu not in self.card.devices:
-            return f"PMGNS is trained on {', '.join(self.card.devices)}, not {gpu}"
-        if precision not in self.card.precisions:
-            return f"PMGNS is trained for {', '.join(self.card.precisions)}, not {precision}"
-        return None
+        """None when covered, else why not (:func:`dippm_nas.cost.coverage.not_covered`, from the card alone)."""
+        return not_covered(device, precision, self.path)
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
