@@ -27,12 +27,12 @@ import torch
 
 from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
-from dippm_nas.cost.coverage import WEIGHTS, not_covered
+from dippm_nas.cost.coverage import WEIGHTS, _trained_on, not_covered
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_profile
 from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
-from dippm_nas.cost.pmgns import PMGNS, TARGETS, bounded, log_latency
+from dippm_nas.cost.pmgns import LAYER_NORM_EPS, PMGNS, TARGETS, bounded, log_latency
 from dippm_nas.cost.scaling import Scaling
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.model_graph import ModelGraph
@@ -71,21 +71,39 @@ class Card:
 @cache
 def load(path: Path = WEIGHTS / "pmgns") -> tuple[tuple[PMGNS, ...], Card]:
     """The ensemble's networks and the card."""
+    card = load_card(path)
+    members = torch.nn.ModuleList([PMGNS(card.raw["node_dim"], len(card.static_features), conv=card.config["conv"],
+                                         hidden=card.config["hidden"]) for _ in range(card.raw["members"])])
+    members.load_state_dict(load_weights(path))
+    members.eval()
+    return tuple(members), card
+
+
+def forget_loaded() -> None:
+    """Drop every weight file and card read so far: the next prediction reads them again (after a
+    training run rewrote them in place)."""
+    for cached in (load, load_card, load_weights, _trained_on):
+        cached.cache_clear()
+
+
+@cache
+def load_weights(path: Path = WEIGHTS / "pmgns") -> dict[str, torch.Tensor]:
+    """The ensemble's weights as saved, keys ``<member>.<parameter>``."""
     from safetensors.torch import load_file
 
+    return load_file(str(path.with_suffix(".safetensors")))
+
+
+@cache
+def load_card(path: Path = WEIGHTS / "pmgns") -> Card:
+    """The model card: what the weights were trained on, how their inputs are scaled, their test error."""
     raw = json.loads(path.with_suffix(".json").read_text())
-    config = raw["config"]
-    members = torch.nn.ModuleList([PMGNS(raw["node_dim"], len(raw["static_features"]), conv=config["conv"],
-                                         hidden=config["hidden"]) for _ in range(raw["members"])])
-    members.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
-    members.eval()
-    card = Card(raw["config"], raw["static_features"], Scaling.from_json(raw["static_scaling"]),
+    return Card(raw["config"], raw["static_features"], Scaling.from_json(raw["static_scaling"]),
                 Scaling.from_json(raw["node_scaling"]), tuple(raw["devices"]),
                 tuple(raw["precisions"]), frozenset(raw["families"]),
                 {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
                 tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
                 raw.get("held_out_family_latency", {}).get("mape"))
-    return tuple(members), card
 
 
 def available(path: Path = WEIGHTS / "pmgns") -> bool:
@@ -136,26 +154,34 @@ class FusedSage:
     @classmethod
     def of(cls, models: tuple[PMGNS, ...], card: Card) -> FusedSage:
         """The trained GraphSAGE ``models`` rearranged, ``card``'s node scaling folded into their first convolution."""
+        return cls.from_state(torch.nn.ModuleList(models).state_dict(), card)
 
-        def both(conv) -> torch.Tensor:  # [in, 2 * hidden]: the neighbour map's columns, then the own map's
-            return torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach().T
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor], card: Card) -> FusedSage:
+        """The same from the ensemble's weights as saved (keys ``<member>.<parameter>``): a prediction
+        needs no network object, so torch-geometric is never imported."""
+        members = range(len({key.split(".")[0] for key in state}))
+        layers = range(len({key.split(".")[2] for key in state if key.startswith("0.convs.")}))
+        linears = sorted({int(key.split(".")[2]) for key in state if key.startswith("0.head.")})
 
-        layers = range(len(models[0].convs))
-        first = torch.cat([both(m.convs[0]) for m in models], dim=1)
+        def both(m: int, i: int) -> torch.Tensor:  # [in, 2 * hidden]: the neighbour map's columns, then the own map's
+            return torch.cat([state[f"{m}.convs.{i}.lin_l.weight"], state[f"{m}.convs.{i}.lin_r.weight"]]).T
+
+        def stacked(name: str) -> torch.Tensor:
+            return torch.stack([state[f"{m}.{name}"] for m in members])
+
+        first = torch.cat([both(m, 0) for m in members], dim=1)
         k = one_hot_width()
         one_hot = card.node_scaling.columns(slice(None, k))
         off, on = one_hot(torch.zeros(k)), one_hot(torch.ones(k))
-        linears = [[layer for layer in m.head if isinstance(layer, torch.nn.Linear)] for m in models]
         return cls(
             base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
             dense_scaling=card.node_scaling.columns(slice(k, None)),
-            later=tuple(torch.stack([both(m.convs[i]) for m in models]) for i in layers[1:]),
-            biases=tuple(torch.stack([m.convs[i].lin_l.bias.detach() for m in models]) for i in layers),
-            norms=tuple((torch.stack([m.norms[i].weight.detach() for m in models]),
-                         torch.stack([m.norms[i].bias.detach() for m in models]), models[0].norms[i].eps)
-                        for i in layers),
-            heads=tuple((torch.stack([ls[j].weight.detach().T for ls in linears]),
-                         torch.stack([ls[j].bias.detach()[None] for ls in linears])) for j in range(len(linears[0]))))
+            later=tuple(torch.stack([both(m, i) for m in members]) for i in layers[1:]),
+            biases=tuple(stacked(f"convs.{i}.lin_l.bias") for i in layers),
+            norms=tuple((stacked(f"norms.{i}.weight"), stacked(f"norms.{i}.bias"), LAYER_NORM_EPS) for i in layers),
+            heads=tuple((torch.stack([state[f"{m}.head.{j}.weight"].T for m in members]),
+                         torch.stack([state[f"{m}.head.{j}.bias"][None] for m in members])) for j in linears))
 
     def __call__(self, table: NodeTable, adjacency: torch.Tensor) -> torch.Tensor:
         """Every operator's output of the last convolution block, per member: ``[operators, members, hidden]``."""
@@ -171,11 +197,10 @@ class FusedSage:
 
     def _block(self, projected: torch.Tensor, adjacency: torch.Tensor, i: int) -> torch.Tensor:
         """Convolution block ``i`` from its inputs projected by both linear maps, ``[n, members, 2 * hidden]``."""
-        from torch_geometric.utils import spmm
-
         n, members, width = projected.shape
         neighbours, own = projected.split(width // 2, dim=2)
-        mean = spmm(adjacency, neighbours.reshape(n, -1), reduce="mean").view(n, members, -1)
+        # the mean over producers: the sparse product torch-geometric's spmm runs for a CSR matrix on the CPU
+        mean = torch.sparse.mm(adjacency, neighbours.reshape(n, -1), "mean").view(n, members, -1)
         weight, bias, eps = self.norms[i]
         normed = torch.nn.functional.layer_norm(mean + self.biases[i] + own, (width // 2,), eps=eps)
         return torch.relu(normed * weight + bias)
@@ -222,7 +247,9 @@ class PMGNSCostModel:
     @cached_property
     def card(self) -> Card:
         """The weights' model card; raises NotCovered when there are no weights."""
-        return self._loaded()[1]
+        if not available(self.path):
+            raise NotCovered(f"no trained PMGNS weights at {self.path}.safetensors (run `dippm-nas train`)")
+        return load_card(self.path)
 
     @cached_property
     def models(self) -> tuple[PMGNS, ...]:
@@ -232,7 +259,9 @@ class PMGNSCostModel:
     @cached_property
     def fused(self) -> FusedSage | None:
         """The ensemble fused for fast prediction when it is GraphSAGE, else None (the plain networks run)."""
-        return FusedSage.of(self.models, self.card) if self.models[0].conv_name == "sage" else None
+        if self.card.config["conv"] != "sage":
+            return None
+        return FusedSage.from_state(load_weights(self.path), self.card)
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not (:func:`dippm_nas.cost.coverage.not_covered`, from the card alone)."""

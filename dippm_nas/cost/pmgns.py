@@ -37,6 +37,8 @@ import torch
 from torch import nn
 
 TARGETS = ("latency_ms", "energy_j", "memory_mb")
+#: The epsilon of every convolution block's layer norm (torch's default).
+LAYER_NORM_EPS = 1e-5
 #: The correction is bounded: at most a factor e^4 (about 55) either way from the analytical model,
 #: so a model far outside the training data cannot be predicted absurdly.
 MAX_LOG_RATIO = 4.0
@@ -103,7 +105,7 @@ class PMGNS(nn.Module):
         if self.uses_graph:
             self.convs = nn.ModuleList(
                 [CONVOLUTIONS[conv](node_dim if i == 0 else hidden, hidden) for i in range(layers)])
-            self.norms = nn.ModuleList([nn.LayerNorm(hidden) for _ in range(layers)])
+            self.norms = nn.ModuleList([nn.LayerNorm(hidden, eps=LAYER_NORM_EPS) for _ in range(layers)])
             pooled = 3 * hidden
         dims = (pooled + static_dim, *head)
         mlp: list[nn.Module] = []

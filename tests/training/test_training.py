@@ -133,7 +133,7 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dataclasses import replace
 
     from dippm_nas import build_graph
-    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, load
+    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, forget_loaded
     from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS, log_latency
     from dippm_nas.hardware import get_device
     from dippm_nas.training.ship import save
@@ -164,7 +164,7 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert np.isfinite(pa[:, 0]).all() and a.best_epoch >= 0
 
     save(a, ts, split.train, tmp_path / "pmgns", {"note": "test"})
-    load.cache_clear()
+    forget_loaded()
     learned = PMGNSCostModel(tmp_path / "pmgns")
     # the card describes the records the model learned from, not the whole data set
     assert learned.card.families == {ts.records[i].family for i in split.train}
@@ -202,7 +202,7 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     assert every[:, :2] == pytest.approx(pa[:, :2]) and not np.allclose(every[:, 2], pa[:, 2])
     corrects_all = replace(a, config=replace(a.config, corrected_targets=TARGETS))
     save(corrects_all, ts, everything, tmp_path / "all", {})
-    load.cache_clear()
+    forget_loaded()
     learned_all = PMGNSCostModel(tmp_path / "all")
     assert learned_all.card.target_devices["memory_mb"] == measured_energy  # the harness measured both
     assert "memory learned" in learned_all.estimate(graph, get_device("h100-sxm"), "fp16").cost_model
@@ -237,7 +237,7 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
     from dataclasses import replace
 
     from dippm_nas import build_graph
-    from dippm_nas.cost.learned import PMGNSCostModel, load
+    from dippm_nas.cost.learned import PMGNSCostModel, forget_loaded
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
     from dippm_nas.inputs import TensorSpec
@@ -255,7 +255,7 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
         TrainConfig(members=0)
 
     save(ensemble, ts, split.train, tmp_path / "pmgns", {})
-    load.cache_clear()
+    forget_loaded()
     learned = PMGNSCostModel(tmp_path / "pmgns")
     assert len(learned.models) == 2 and learned.fused is not None
     i = next(i for i, r in enumerate(ts.records)
@@ -271,13 +271,13 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
 
 def test_shipped_weights_used_where_trained_and_not_elsewhere():
     from dippm_nas import predict
-    from dippm_nas.cost.learned import available, load
+    from dippm_nas.cost.learned import available, forget_loaded
 
     if not available():
         pytest.skip("no shipped weights (run `dippm-nas train`)")
     import torch
 
-    load.cache_clear()
+    forget_loaded()
     threads = torch.get_num_threads()
     trained = predict("resnet18", batch=64, device="rtx4090", precision="fp16")
     assert trained.cost_model.startswith("pmgns") and any("was in its training data" in n for n in trained.notes)
