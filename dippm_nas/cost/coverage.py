@@ -17,13 +17,22 @@ from dippm_nas.hardware.registry import Device
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
+def weights_available(path: Path = WEIGHTS / "pmgns") -> bool:
+    """Whether trained weights are at ``path``: both the ``.safetensors`` file and its ``.json`` card."""
+    return path.with_suffix(".safetensors").exists() and path.with_suffix(".json").exists()
+
+
+def no_weights(path: Path) -> str:
+    """Why a learned model without weights at ``path`` answers nothing, and what to do."""
+    return f"no trained PMGNS weights at {path}.safetensors (run `dippm-nas train`)"
+
+
 @cache
 def _trained_on(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The card's devices and precisions, or None where no weights are shipped at ``path``."""
-    card = path.with_suffix(".json")
-    if not (card.exists() and path.with_suffix(".safetensors").exists()):
+    if not weights_available(path):
         return None
-    raw = json.loads(card.read_text())
+    raw = json.loads(path.with_suffix(".json").read_text())
     return tuple(raw["devices"]), tuple(raw["precisions"])
 
 
@@ -37,7 +46,7 @@ def not_covered(device: Device, precision: str, path: Path = WEIGHTS / "pmgns") 
     """
     trained = _trained_on(path)
     if trained is None:
-        return f"no trained PMGNS weights at {path}.safetensors (run `dippm-nas train`)"
+        return no_weights(path)
     devices, precisions = trained
     gpu = device.key.split(":")[0] if device.slice_of else device.key
     if gpu not in devices:

@@ -27,7 +27,7 @@ import torch
 
 from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
-from dippm_nas.cost.coverage import WEIGHTS, _trained_on, not_covered
+from dippm_nas.cost.coverage import WEIGHTS, _trained_on, no_weights, not_covered, weights_available
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_profile
@@ -82,7 +82,7 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[tuple[PMGNS, ...], Card]:
 def forget_loaded() -> None:
     """Drop every weight file and card read so far: the next prediction reads them again (after a
     training run rewrote them in place)."""
-    for cached in (load, load_card, load_weights, _trained_on):
+    for cached in (load, load_card, load_weights, _fused, _trained_on):
         cached.cache_clear()
 
 
@@ -106,9 +106,7 @@ def load_card(path: Path = WEIGHTS / "pmgns") -> Card:
                 raw.get("held_out_family_latency", {}).get("mape"))
 
 
-def available(path: Path = WEIGHTS / "pmgns") -> bool:
-    """Whether trained weights are at ``path``: both the ``.safetensors`` file and its ``.json`` card."""
-    return path.with_suffix(".safetensors").exists() and path.with_suffix(".json").exists()
+available = weights_available
 
 
 @contextmanager
@@ -219,6 +217,12 @@ class FusedSage:
         return bounded(x[:, 0])
 
 
+@cache
+def _fused(path: Path) -> FusedSage:
+    """The GraphSAGE ensemble at ``path`` fused for prediction, built once."""
+    return FusedSage.from_state(load_weights(path), load_card(path))
+
+
 class PMGNSCostModel:
     """The learned cost model: the analytical estimate corrected by the trained PMGNS weights at ``path``.
 
@@ -239,29 +243,28 @@ class PMGNSCostModel:
         self.path = path
         self.analytical = AnalyticalCostModel()
 
-    def _loaded(self) -> tuple[tuple[PMGNS, ...], Card]:
-        if not available(self.path):  # a stat per call: checked once, then the loaded model is kept
-            raise NotCovered(f"no trained PMGNS weights at {self.path}.safetensors (run `dippm-nas train`)")
-        return load(self.path)
+    def _require_weights(self) -> None:
+        """Raise NotCovered where there are no weights (a stat per call: each property checks once)."""
+        if not available(self.path):
+            raise NotCovered(no_weights(self.path))
 
     @cached_property
     def card(self) -> Card:
         """The weights' model card; raises NotCovered when there are no weights."""
-        if not available(self.path):
-            raise NotCovered(f"no trained PMGNS weights at {self.path}.safetensors (run `dippm-nas train`)")
+        self._require_weights()
         return load_card(self.path)
 
     @cached_property
     def models(self) -> tuple[PMGNS, ...]:
         """The ensemble's networks; raises NotCovered when there are no weights."""
-        return self._loaded()[0]
+        self._require_weights()
+        return load(self.path)[0]
 
     @cached_property
     def fused(self) -> FusedSage | None:
-        """The ensemble fused for fast prediction when it is GraphSAGE, else None (the plain networks run)."""
-        if self.card.config["conv"] != "sage":
-            return None
-        return FusedSage.from_state(load_weights(self.path), self.card)
+        """The ensemble fused for fast prediction when it is GraphSAGE, else None (the plain networks run);
+        built once per weights file, whatever instance asks (``get_cost_model`` makes one per request)."""
+        return _fused(self.path) if self.card.config["conv"] == "sage" else None
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not (:func:`dippm_nas.cost.coverage.not_covered`, from the card alone)."""
