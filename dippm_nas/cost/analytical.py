@@ -227,6 +227,18 @@ def peak_tflops(category: str, device: Device, precision: str) -> float:
     return device.tensor_tflops(precision)
 
 
+def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: str) -> np.ndarray:
+    """Per operator, the unit the roofline priced its arithmetic on, from the peak it used (``Roofline.peak``):
+    tensor cores (TF32, FP16, BF16) where that peak is above the FP32 one, the CUDA cores otherwise
+    (in FP32 for a matmul, attention or convolution kept off the tensor cores); '' for a view."""
+    can_use_tensor_cores = _TENSOR_CORE[table.category]
+    tensor = can_use_tensor_cores & (peak != device.fp32_tflops * 1e12)
+    label = precision.upper() if precision in HALF_PRECISIONS else "TF32"
+    units = np.where(tensor, f"tensor cores ({label})",
+                     np.where(can_use_tensor_cores, "CUDA cores (FP32)", "CUDA cores"))
+    return np.where(table.is_view, "", units).astype(object)  # Python strings, as a NodeCost holds them
+
+
 def operator_units(table: NodeTable, device: Device, precision: str,
                    release: tuple[int, int] | None = None) -> np.ndarray:
     """Per operator, the unit its arithmetic runs on at ``precision``, as the roofline prices it: tensor
@@ -242,19 +254,8 @@ def operator_units(table: NodeTable, device: Device, precision: str,
     >>> sorted(set(operator_units(table, a100, "fp32-strict")) - {""})
     ['CUDA cores', 'CUDA cores (FP32)']
     """
-    half = precision in HALF_PRECISIONS
-    float32_math = sdpa_math(table, half, release)[3]
-    on_tensor_cores = []
-    for category in ops.CATEGORIES:
-        peak = peak_tflops(category, device, precision) if category in TENSOR_CORE_CATEGORIES else None
-        if peak is None or peak == device.fp32_tflops:
-            on_tensor_cores.append("CUDA cores (FP32)" if peak is not None else "CUDA cores")
-        else:
-            on_tensor_cores.append(f"tensor cores ({'TF32' if not half else precision.upper()})")
-    units = np.array(on_tensor_cores, dtype=object)[table.category]
-    fp32_only = table.cuda_core_conv | ((table.sdpa_math[:, 0] > 0) & float32_math)
-    units = np.where(fp32_only, "CUDA cores (FP32)", units)
-    return np.where(table.is_view, "", units)
+    return units_of(AnalyticalCostModel().roofline(table, device, precision, release=release).peak, table, device,
+                    precision)
 
 
 def precision_note(table: NodeTable, units: np.ndarray, device: Device, precision: str) -> tuple[str, ...]:
@@ -285,6 +286,7 @@ class Roofline:
     moved: np.ndarray  # bytes read and written
     bound: np.ndarray  # index into BOUNDS
     host_s: np.ndarray  # the host's time to issue each operator
+    peak: np.ndarray  # FLOP/s of the unit each operator's arithmetic is priced on (:func:`units_of`)
 
     @cached_property
     def latency_s(self) -> float:
@@ -371,7 +373,7 @@ class AnalyticalCostModel:
         bound = np.where(overhead_s > run_s, 2, np.where(compute_s >= np.maximum(memory_s, latency_s), 0, 1))
         return Roofline(time_s=np.where(view, 0.0, run_s + overhead_s), busy_s=np.where(view, 0.0, busy_s),
                         moved=np.where(view, 0.0, moved), bound=np.where(view, 3, bound),
-                        host_s=host_seconds(view, half, mode, host))
+                        host_s=host_seconds(view, half, mode, host), peak=peak)
 
     # -- memory ---------------------------------------------------------------------------------
     def transient_bytes(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None
@@ -428,7 +430,7 @@ class AnalyticalCostModel:
         nodes: tuple[NodeCost, ...] = ()
         notes: tuple[str, ...] = ()
         if graph is not None:
-            units = operator_units(table, device, precision, release)
+            units = units_of(roofline.peak, table, device, precision)
             nodes = tuple(NodeCost(n.id, n.op, t * 1e3, n.flops, int(m), BOUNDS[b], u) for n, t, m, b, u in
                           zip(graph.nodes, roofline.time_s.tolist(), roofline.moved.tolist(), roofline.bound.tolist(),
                               units.tolist()))
