@@ -61,3 +61,18 @@ def device_split(devices: np.ndarray, train_device: str, test_device: str, seed:
     n_val = int(val_share * len(source))
     return Split(f"{train_device}->{test_device}", f"train on {train_device}, test on {test_device}",
                  source[n_val:], source[:n_val], idx[devices == test_device])
+
+
+def leave_gpu_out(devices: np.ndarray, gpu: str, seed: int = 0, val_share: float = 0.15) -> Split:
+    """Test on every record of ``gpu``; train on the other GPUs' records but a random ``val_share`` of
+    them, which validates.
+
+    >>> split = leave_gpu_out(np.array(["a", "a", "b", "b", "b", "c", "c", "c", "c"]), "a", val_share=0.3)
+    >>> split.test.tolist(), len(split.train), len(split.val)
+    ([0, 1], 5, 2)
+    """
+    idx = np.arange(len(devices))
+    others = np.random.default_rng(seed).permutation(idx[devices != gpu])
+    n_val = int(val_share * len(others))
+    return Split(f"without {gpu}", f"trained without any {gpu} record, tested on all of them",
+                 np.sort(others[n_val:]), np.sort(others[:n_val]), idx[devices == gpu])

@@ -15,7 +15,7 @@ import numpy as np
 
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import summary
-from dippm_nas.training.splits import Split
+from dippm_nas.training.splits import Split, leave_gpu_out
 from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
 
 #: The models a leave-one-GPU-out run can score; ``pmgns`` trains once per held-out GPU.
@@ -24,21 +24,6 @@ TRANSFER_MODELS = ("analytical", "pmgns")
 BATCH_RANGES = (("1", 1, 1), ("2-8", 2, 8), ("9-64", 9, 64), ("65-256", 65, 256), (">256", 257, 1 << 30))
 #: The bars the cost-model issue sets on leave-one-GPU-out latency: MAPE and Kendall tau per GPU.
 TRANSFER_BARS = {"mape": 0.15, "tau": 0.90}
-
-
-def leave_gpu_out(devices: np.ndarray, gpu: str, seed: int = 0, val_share: float = 0.15) -> Split:
-    """Test on every record of ``gpu``; train on the other GPUs' records but a random ``val_share`` of
-    them, which validates.
-
-    >>> split = leave_gpu_out(np.array(["a", "a", "b", "b", "b", "c", "c", "c", "c"]), "a", val_share=0.3)
-    >>> split.test.tolist(), len(split.train), len(split.val)
-    ([0, 1], 5, 2)
-    """
-    idx = np.arange(len(devices))
-    others = np.random.default_rng(seed).permutation(idx[devices != gpu])
-    n_val = int(val_share * len(others))
-    return Split(f"without {gpu}", f"trained without any {gpu} record, tested on all of them",
-                 np.sort(others[n_val:]), np.sort(others[:n_val]), idx[devices == gpu])
 
 
 def batch_range(batch: int) -> str:

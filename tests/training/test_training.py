@@ -400,8 +400,9 @@ def test_a_prediction_says_how_far_it_is_from_the_training_data():
 
 def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu(small_training_set, tmp_path):
     from dippm_nas.training.accuracy_report import write_transfer_report
+    from dippm_nas.training.splits import leave_gpu_out
     from dippm_nas.training.train import TrainConfig
-    from dippm_nas.training.transfer import evaluate_transfer, leave_gpu_out
+    from dippm_nas.training.transfer import evaluate_transfer
 
     ts = small_training_set
     for gpu in set(ts.devices):
