@@ -96,9 +96,11 @@ def test_kill_in_the_middle_then_resume(tmp_path):
 
 
 def test_harness_needs_no_tvm():
-    code = ("import sys, dippm_nas.measure, dippm_nas.measure.manifest, dippm_nas.cli; "
+    """Every part a bare GPU machine runs: the harness, the manifest, the sweep, the campaign, the CLI."""
+    code = ("import sys, dippm_nas.measure, dippm_nas.measure.manifest, dippm_nas.measure.sweep, "
+            "dippm_nas.measure.campaign, dippm_nas.cli; "
             "dippm_nas.cli.build_parser(); assert 'tvm' not in sys.modules, 'the harness imported TVM'")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT)
 
 
 def test_manifest_covers_every_timm_family(tmp_path):
