@@ -9,6 +9,9 @@ import os
 from dippm_nas.cli._common import parse_ints
 from dippm_nas.errors import DippmError
 
+#: ``measure.campaign.STEP_NAMES``, named here so that ``--help`` imports no torch (a test keeps them equal).
+STEP_NAMES = ("host", "sweep", "models", "kernels")
+
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     """``dippm-nas manifest``: the arguments are checked before torch and timm are imported."""
@@ -106,6 +109,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="configurations to profile in the last step ('' for none)")
     ca.add_argument("--seed", type=int, default=0, help="the sweep's and the manifest's seed (default: 0)")
     ca.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
+    ca.add_argument("--steps", default=",".join(STEP_NAMES),
+                    help="the steps to run, comma-separated, in the plan's order whatever the order given; the last "
+                         f"takes all the time left (default: {','.join(STEP_NAMES)}). One step per call runs each "
+                         "in a process of its own, so a broken CUDA context ends that step alone")
     ca.add_argument("--plan", action="store_true", help="print the plan for --budget-s and stop")
     ca.set_defaults(func=cmd_campaign)
 
@@ -125,11 +132,16 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     """``dippm-nas campaign``: the plan, then each step within its share of the budget."""
     if args.budget_s <= 0:
         raise DippmError(f"--budget-s {args.budget_s:g}: give the seconds the campaign may take, e.g. 540.")
+    steps = [name.strip() for name in args.steps.split(",") if name.strip()]
+    unknown = [name for name in steps if name not in STEP_NAMES]
+    if unknown or not steps:
+        raise DippmError(f"--steps {args.steps!r}: {'unknown step ' + ', '.join(unknown) if unknown else 'no step'}; "
+                         f"name one or more of {', '.join(STEP_NAMES)}, comma-separated.")
     from dippm_nas.measure.campaign import describe_plan, run_campaign
     from dippm_nas.measure.config import read_manifest
 
     if args.plan:
-        print("\n".join(describe_plan(args.budget_s)))
+        print("\n".join(describe_plan(args.budget_s, steps)))
         return 0
     for path in (args.manifest, args.kernels_manifest or None):
         if path and not os.path.exists(path):
@@ -139,7 +151,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     try:
         run_campaign(args.out_dir, args.budget_s, args.device,
                      manifest=read_manifest(args.manifest) if args.manifest else None, records_csv=args.records,
-                     kernels_manifest=args.kernels_manifest or None, seed=args.seed, measured_by=args.by)
+                     kernels_manifest=args.kernels_manifest or None, seed=args.seed, measured_by=args.by,
+                     steps=steps)
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
     return 0

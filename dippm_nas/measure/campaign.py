@@ -70,28 +70,51 @@ PLAN = (
 )
 
 
-def step_budget(step: Step, left_s: float) -> float:
-    """What ``step`` may spend when ``left_s`` seconds are left: its share, within its cap.
+STEP_NAMES = tuple(step.name for step in PLAN)
+
+
+def step_budget(step: Step, left_s: float, last: bool = False) -> float:
+    """What ``step`` may spend when ``left_s`` seconds are left: its share (all of it for the ``last``
+    step run), within its cap.
 
     >>> step_budget(PLAN[1], 500.0)
     175.0
+    >>> step_budget(PLAN[1], 500.0, last=True)
+    500.0
     >>> step_budget(PLAN[0], 2000.0)  # the host step is capped
     60.0
     """
-    budget = max(0.0, left_s) * step.share
+    budget = max(0.0, left_s) * (1.0 if last else step.share)
     return min(budget, step.cap_s) if step.cap_s is not None else budget
 
 
-def describe_plan(budget_s: float) -> list[str]:
+def selected_steps(steps: Iterable[str] = STEP_NAMES) -> list[Step]:
+    """The plan's steps named in ``steps``, in the plan's order (a lease split over several calls, or a
+    step run in a process of its own so that a broken CUDA context ends that step alone).
+
+    >>> [s.name for s in selected_steps(["models", "sweep"])]
+    ['sweep', 'models']
+    """
+    wanted = set(steps)
+    unknown = wanted - set(STEP_NAMES)
+    if unknown:
+        raise ValueError(f"unknown campaign step {', '.join(sorted(unknown))}; the steps: {', '.join(STEP_NAMES)}")
+    return [step for step in PLAN if step.name in wanted]
+
+
+def describe_plan(budget_s: float, steps: Iterable[str] = STEP_NAMES) -> list[str]:
     """The plan as lines a person reads before lending it a GPU: each step with the most it may take
     if every step before it used all of its time.
 
     >>> describe_plan(540.0)[2]
     '  2. sweep    up to 180 s: operator sweep: GEMM, conv, norms, attention... at every precision'
+    >>> describe_plan(200.0, ["sweep"])[1]
+    '  1. sweep    up to 200 s: operator sweep: GEMM, conv, norms, attention... at every precision'
     """
     lines, left = [f"campaign plan for {budget_s:.0f} s (a step that ends early hands its time on):"], budget_s
-    for i, step in enumerate(PLAN, 1):
-        budget = step_budget(step, left)
+    plan = selected_steps(steps)
+    for i, step in enumerate(plan, 1):
+        budget = step_budget(step, left, last=i == len(plan))
         lines.append(f"  {i}. {step.name:8s} up to {budget:.0f} s: {step.describe}")
         left -= budget
     return lines
@@ -188,7 +211,7 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
                  manifest: Iterable[MeasureConfig] | None = None, records_csv: str | Path = "data/records.csv",
                  kernels_manifest: str | Path | None = "data/manifests/kernels_per_family.csv", seed: int = 0,
                  measured_by: str = "dippm-nas harness", progress: Callable[[str], None] = _stderr,
-                 steps: tuple[str, ...] = tuple(s.name for s in PLAN)) -> list[StepResult]:
+                 steps: Iterable[str] = STEP_NAMES) -> list[StepResult]:
     """Run the plan's ``steps`` within ``budget_s`` seconds in all; returns what each did.
 
     ``manifest`` is the model configurations (default: :func:`campaign_manifest` of ``records_csv``);
@@ -198,14 +221,13 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
         raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the campaign")
     out_dir, start = Path(out_dir), time.monotonic()
     slug = gpu_slug(device_kind)
-    for line in describe_plan(budget_s):
+    plan = selected_steps(steps)
+    for line in describe_plan(budget_s, steps):
         progress(line)
     results = []
-    for step in PLAN:
-        if step.name not in steps:
-            continue
+    for step in plan:
         left = budget_s - (time.monotonic() - start)
-        budget = step_budget(step, left)
+        budget = step_budget(step, left, last=step is plan[-1])
         began = time.monotonic()
         progress(f"== {step.name}: {budget:.0f} s of {left:.0f} s left")
         if budget < 1.0:

@@ -17,6 +17,12 @@ STABLE_WINDOW = 5
 STABLE_TOLERANCE = 0.02
 MIN_TIMED = 30
 MIN_TIMED_S = 1.0
+#: A slow configuration (a large model at batch 256 in fp32 runs near a second an iteration) would spend
+#: half a minute on MIN_TIMED iterations, and a lease's budget on a handful of them: once the warm-up has
+#: run MAX_WARMUP_S, or the window MAX_TIMED_S, MIN_WARMUP and MIN_TIMED_SLOW iterations are enough.
+MAX_WARMUP_S = 5.0
+MAX_TIMED_S = 5.0
+MIN_TIMED_SLOW = 5
 #: A window whose (p90 - p10) / median is above this was disturbed (clocks moving, another process, a
 #: background thread): it is timed again. 0.10 is about three times what a quiet H100 or H200 shows.
 SPREAD_LIMIT = 0.10
@@ -78,10 +84,15 @@ class Timer:
 
 
 def warm_up(step: Callable[[], object], timer: Callable[[Callable[[], object]], float]) -> int:
-    """At least MIN_WARMUP iterations, then until the median of the last window moves < 2 %."""
+    """At least MIN_WARMUP iterations, then until the median of the last window moves < 2 %, or the
+    warm-up has taken MAX_WARMUP_S by the timer (a slow step is steady after its first iterations).
+
+    >>> warm_up(lambda: None, lambda step: 2000.0)  # 2 s an iteration: the minimum is enough
+    5
+    """
     times = [timer(step) for _ in range(MIN_WARMUP)]
     previous = statistics.median(times[-STABLE_WINDOW:])
-    while len(times) < MAX_WARMUP:
+    while len(times) < MAX_WARMUP and sum(times) < MAX_WARMUP_S * 1e3:
         times.extend(timer(step) for _ in range(STABLE_WINDOW))
         current = statistics.median(times[-STABLE_WINDOW:])
         if abs(current - previous) <= STABLE_TOLERANCE * previous:
@@ -93,7 +104,8 @@ def warm_up(step: Callable[[], object], timer: Callable[[Callable[[], object]], 
 def time_steps(step: Callable[[], object], timer: Callable[[Callable[[], object]], float],
                on_start: Callable[[], None] = lambda: None, on_end: Callable[[], None] = lambda: None,
                min_seconds: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Timing:
-    """Warm-up, then a timed window: >= MIN_TIMED iterations and >= ``min_seconds`` (MIN_TIMED_S) by ``clock``.
+    """Warm-up, then a timed window: >= MIN_TIMED iterations and >= ``min_seconds`` (MIN_TIMED_S) by ``clock``,
+    or, once the window has lasted MAX_TIMED_S, >= MIN_TIMED_SLOW iterations.
 
     ``on_start`` and ``on_end`` bracket the window (an energy meter, the GPU's clocks); ``clock`` is
     only there so that a test can run the protocol on a simulated timer without waiting a second.
@@ -104,6 +116,8 @@ def time_steps(step: Callable[[], object], timer: Callable[[Callable[[], object]
     on_start()
     begin = clock()
     while len(times) < MIN_TIMED or clock() - begin < min_seconds:
+        if len(times) >= MIN_TIMED_SLOW and clock() - begin >= MAX_TIMED_S:
+            break
         times.append(timer(step))
     window = clock() - begin
     on_end()

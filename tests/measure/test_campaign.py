@@ -103,9 +103,19 @@ def test_the_cli_prints_the_plan_and_refuses_bad_input_in_one_line(capsys, tmp_p
 
     assert main(["campaign", "--budget-s", "540", "--plan"]) == 0
     assert "sweep" in capsys.readouterr().out
-    for argv in (["campaign", "--budget-s", "0"],
+    for argv in (["campaign", "--budget-s", "0"], ["campaign", "--budget-s", "60", "--steps", "sweep,warmup"],
                  ["campaign", "--budget-s", "60", "--device", "cpu", "--manifest", str(tmp_path / "none.csv")],
                  ["campaign", "--budget-s", "60", "--device", "cpu", "--records", str(tmp_path / "none.csv")]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_a_step_run_alone_takes_the_whole_budget_and_the_cli_names_the_same_steps(tmp_path):
+    from dippm_nas.cli._measure import STEP_NAMES as CLI_STEPS
+    from dippm_nas.measure.campaign import STEP_NAMES
+
+    assert CLI_STEPS == STEP_NAMES
+    results = run_campaign(tmp_path / "out", 3.0, "cpu", manifest=[], kernels_manifest=None, steps=["sweep"])
+    assert [r.step for r in results] == ["sweep"] and results[0].budget_s > 2.9
+    assert (tmp_path / "out" / "sweeps" / "cpu.csv").exists() and not (tmp_path / "out" / "host").exists()

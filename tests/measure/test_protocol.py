@@ -202,6 +202,20 @@ def test_a_wide_window_is_timed_again_and_the_tightest_kept():
     assert best.p10_ms == best.median_ms == best.p90_ms == 1.0 and best.window_s >= 0.01
 
 
+def test_a_slow_step_is_timed_in_seconds_not_minutes():
+    class Slow:  # 1.5 s an iteration, a large model at batch 256 in fp32
+        now = 0.0
+
+        def __call__(self, step) -> float:
+            self.now += 1.5
+            return 1500.0
+
+    timer = Slow()
+    window = timing.time_steps(lambda: None, timer, clock=lambda: timer.now)
+    assert window.warmup == timing.MIN_WARMUP and window.iterations == timing.MIN_TIMED_SLOW
+    assert timer.now < 20.0
+
+
 def test_a_window_that_stays_wide_is_measured_three_times_at_most():
     spreads = iter([0.5, 0.3, 0.4, 0.0])
     assert timing.tightest(lambda: next(spreads), spread=lambda s: s) == (0.3, 3)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Spends one call of a lent GPU: the repeatability manifest, the campaign's four steps each in a process
+# of its own (a broken CUDA context ends one step, not the lease), the repeatability manifest again.
+#
+#   bash data/measurements/lease.sh OUT_DIR [SECONDS] [cuda|cpu]
+#
+# OUT_DIR receives at most seven files, none deeper than two folders (what the device tool brings
+# back): lease.log (everything printed), repeat-a.csv and repeat-b.csv (data/manifests/memcheck.csv
+# measured in two fresh processes, first and last), host/, sweeps/, kernels/ and the model rows,
+# each named after the GPU. SECONDS (default 540) bounds the whole script; every step is also
+# stopped by `timeout` a minute past its budget, which loses at most the configuration in flight.
+set -u -o pipefail
+out=${1:?give the folder the files go to}
+total=${2:-540}
+device=${3:-cuda}
+export PYTHONUNBUFFERED=1
+mkdir -p "$out"
+log="$out/lease.log"
+python=$(command -v python3 || command -v python)
+deadline=$((SECONDS + total))
+repeat_s=75  # each pass of the six memcheck configurations
+
+say() { echo "== $(date -u +%FT%TZ) $*" | tee -a "$log"; }
+
+gpu_state() {
+    if [ "$device" = cuda ] && command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu,mig.mode.current,memory.used --format=csv 2>&1 | tee -a "$log"
+    fi
+}
+
+repeat_pass() {  # $1: a or b
+    say "repeatability pass $1: data/manifests/memcheck.csv in a fresh process"
+    timeout $((repeat_s + 60)) "$python" -m dippm_nas.measure --manifest data/manifests/memcheck.csv \
+        --out "$out/repeat-$1.csv" --device "$device" --budget-s "$repeat_s" 2>&1 | tee -a "$log"
+    say "pass $1 exit status ${PIPESTATUS[0]}"
+}
+
+campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 for the last)
+    local left=$((deadline - SECONDS - repeat_s - 15))
+    local budget=$(awk -v l="$left" -v s="$2" 'BEGIN { b = int(l * s); print (b > 0 ? b : 0) }')
+    if [ "$budget" -lt 5 ]; then
+        say "campaign step $1: no time left"
+        return
+    fi
+    say "campaign step $1: $budget s"
+    timeout $((budget + 60)) "$python" -m dippm_nas.cli campaign --out-dir "$out" --budget-s "$budget" \
+        --steps "$1" --device "$device" 2>&1 | tee -a "$log"
+    say "step $1 exit status ${PIPESTATUS[0]}"
+}
+
+say "lease: $total s on $device, files to $out"
+gpu_state
+repeat_pass a
+campaign_step host 0.1
+campaign_step sweep 0.35
+campaign_step models 0.85
+campaign_step kernels 1
+repeat_pass b
+gpu_state
+say "lease done in $SECONDS s"
