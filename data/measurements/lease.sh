@@ -2,17 +2,20 @@
 # Spends one call of a lent GPU: the repeatability manifest, the campaign's four steps each in a process
 # of its own (a broken CUDA context ends one step, not the lease), the repeatability manifest again.
 #
-#   bash data/measurements/lease.sh OUT_DIR [SECONDS] [cuda|cpu]
+#   bash data/measurements/lease.sh OUT_DIR [SECONDS] [cuda|cpu] [FROM]
 #
 # OUT_DIR receives at most seven files, none deeper than two folders (what the device tool brings
 # back): lease.log (everything printed), repeat-a.csv and repeat-b.csv (data/manifests/memcheck.csv
 # measured in two fresh processes, first and last), host/, sweeps/, kernels/ and the model rows,
-# each named after the GPU. SECONDS (default 540) bounds the whole script; every step is also
+# each named after the GPU. This GPU's files in FROM (default data/measurements) are copied to
+# OUT_DIR first, so every step resumes where the last lease stopped and each file comes back whole:
+# copy it over the one in FROM. SECONDS (default 540) bounds the whole script; every step is also
 # stopped by `timeout` a minute past its budget, which loses at most the configuration in flight.
 set -u -o pipefail
 out=${1:?give the folder the files go to}
 total=${2:-540}
 device=${3:-cuda}
+from=${4:-data/measurements}
 export PYTHONUNBUFFERED=1
 mkdir -p "$out"
 log="$out/lease.log"
@@ -49,6 +52,14 @@ campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 f
 }
 
 say "lease: $total s on $device, files to $out"
+slug=$("$python" -c "from dippm_nas.measure.campaign import gpu_slug; print(gpu_slug('$device'))")
+if [ "$(realpath "$from")" != "$(realpath "$out")" ]; then
+    for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,sweeps,kernels}/"$slug".csv; do
+        [ -f "$file" ] || continue
+        mkdir -p "$out/$(dirname "${file#"$from"/}")"
+        cp "$file" "$out/${file#"$from"/}" && say "resuming from $file"
+    done
+fi
 gpu_state
 repeat_pass a
 campaign_step host 0.1

@@ -34,6 +34,7 @@ import torch
 
 from dippm_nas.measure.config import MeasureConfig, read_manifest
 from dippm_nas.measure.environment import describe, utc_now
+from dippm_nas.measure.gpu_state import nvml
 from dippm_nas.measure.host import measure_host_cost
 from dippm_nas.measure.manifest import records_manifest
 from dippm_nas.measure.runner import COLUMNS, append_rows, run
@@ -128,7 +129,20 @@ def gpu_slug(device_kind: str) -> str:
     """
     if device_kind != "cuda":
         return "cpu"
-    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-")
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name().lower()).strip("-")
+
+
+def gpu_name() -> str:
+    """The GPU's name, from NVML where it answers: asking CUDA would initialise it, and the model step must
+    read the device's memory before that (the baseline of ``memory_process_mib``)."""
+    lib = nvml()
+    if lib is not None:
+        try:
+            name = lib.nvmlDeviceGetName(lib.nvmlDeviceGetHandleByIndex(0))
+            return name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:  # NVML without this query: CUDA's name is the same
+            pass
+    return torch.cuda.get_device_name(0)
 
 
 def _header(path: Path) -> list[str]:

@@ -15,27 +15,27 @@ from dippm_nas.measure.gpu_state import nvml
 #: mode's flags, the GPU brought to a settled clock first, a wide window timed again, the clocks and
 #: temperature recorded, the memory NVML counts for the process, a CUDA-graph latency, the host's cost.
 PROTOCOL = (
-    "dippm-nas-v2: random weights, eval, inference_mode; each configuration under its precision's mode "
+    "dippm-nas-v3: random weights, eval, inference_mode; each configuration under its precision's mode "
     "(precision.running_in: fp32 = PyTorch's defaults, cuDNN TF32 on and matmul TF32 off; fp32-strict TF32 off; "
     "tf32 TF32 on; fp16/bf16 torch.autocast), the flags it ran under recorded per row; before the first "
     f"configuration the GPU runs fp16 matmuls until {gpu_state.SETTLE_SAMPLES} SM clock readings in a row are "
-    f"within {gpu_state.SETTLE_TOLERANCE:.0%} (>= {gpu_state.SETTLE_MIN_S:g} s, at most {gpu_state.SETTLE_CAP_S:g} s); "
-    f"warm-up >= {timing.MIN_WARMUP} iterations until the median of the last {timing.STABLE_WINDOW} moves "
+    f"within {gpu_state.SETTLE_TOLERANCE:.0%} (>= {gpu_state.SETTLE_MIN_S:g} s, at most {gpu_state.SETTLE_CAP_S:g} "
+    f"s); warm-up >= {timing.MIN_WARMUP} iterations until the median of the last {timing.STABLE_WINDOW} moves "
     f"< {timing.STABLE_TOLERANCE:.0%} (or until it has run {timing.MAX_WARMUP_S:g} s); timed >= {timing.MIN_TIMED} "
     f"iterations and >= {timing.MIN_TIMED_S:g} s (>= {timing.MIN_TIMED_SLOW} iterations once the window has run "
     f"{timing.MAX_TIMED_S:g} s; CUDA events per iteration, median), warm-up and window again while (p90 - p10) / "
     f"median > {timing.SPREAD_LIMIT:g}, at most {timing.MAX_ATTEMPTS} windows, the tightest kept (attempts); SM "
     "and memory clocks, temperature and power limit by NVML as the kept window closes; energy = NVML energy "
-    "counter over the kept window / iterations; memory_process = NVML's usedGpuMemory for this PID, else "
-    "the device's used memory minus its value before "
-    "the process initialised CUDA, read after the timed windows with the allocator's cache kept (its peak); "
-    "memory_total = CUDA context + peak reserved from the resident model onwards (as v1); latency_ms_cuda_graphs = "
-    "the forward captured as a CUDA graph (static input, captured after eager warm-up), same warm-up and window, "
-    f"median; host_us_per_op = once per run, host time to issue a chain of {host.CHAIN} tiny eager operators "
-    "(add, relu, conv1x1, matmul, layer_norm, view) / chain length, median of "
-    f"{host.REPEATS} chains (>= {host.MIN_REPEATS}, fewer past {host.KIND_CAP_S:g} s), mean over kinds, fp32 and "
-    "fp16 autocast, one intra-op thread; GPU time per operator from the chain replayed as a CUDA graph, in "
-    "host_profile")
+    "counter over the kept window / iterations; before each configuration the cuBLAS workspaces of earlier "
+    "streams are freed (the CUDA-graph captures' side streams each keep one); memory_process = NVML's "
+    "usedGpuMemory for this PID, else the device's used memory minus its value before the process initialised "
+    "CUDA, read after the timed windows with the allocator's cache kept (its peak); memory_total = CUDA context + "
+    "peak reserved from the resident model onwards (as v1); latency_ms_cuda_graphs = the forward captured as a "
+    "CUDA graph (static input, captured after eager warm-up), same warm-up and window, median; host_us_per_op = "
+    f"once per run, host time to issue a chain of {host.CHAIN} tiny eager operators (add, relu, conv1x1, matmul, "
+    f"layer_norm, view) / chain length, median of {host.REPEATS} chains (>= {host.MIN_REPEATS}, fewer past "
+    f"{host.KIND_CAP_S:g} s), mean over kinds, fp32 and fp16 autocast, one intra-op thread; GPU time per operator "
+    "from the chain replayed as a CUDA graph, in host_profile")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,14 @@ from dippm_nas.measure.environment import PROTOCOL, Environment, describe, utc_n
 from dippm_nas.measure.gpu_state import GpuProbe, cuda_load_sampler, settle_clocks
 from dippm_nas.measure.host import HostCost, measure_host_cost
 from dippm_nas.measure.precision import precision_mode, running_in
-from dippm_nas.measure.timing import Timer, Timing, capture_cuda_graph, tightest, time_steps
+from dippm_nas.measure.timing import (
+    Timer,
+    Timing,
+    capture_cuda_graph,
+    release_cublas_workspaces,
+    tightest,
+    time_steps,
+)
 
 MIB = 2**20
 
@@ -200,6 +207,7 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
     model = models(cfg)
     gpu = models.gpu
     if cuda:  # the peak from here on: the resident weights, the input, the run
+        release_cublas_workspaces()  # those of the graph captures so far; the run allocates its own
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     x, precision = model_input(cfg, env.device_kind, models.device)

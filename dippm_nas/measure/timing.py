@@ -151,6 +151,21 @@ def tightest(measure: Callable[[], T], spread: Callable[[T], float] = lambda t: 
     return best, attempts
 
 
+def release_cublas_workspaces() -> None:
+    """Frees the cuBLAS workspace that PyTorch keeps per stream (32 MiB each on Hopper), on CUDA.
+
+    A user's eager process has one, on its default stream. The harness's CUDA-graph captures run on
+    side streams drawn from PyTorch's pool of 32, each of which keeps a workspace of its own for the
+    process's life: without this, a configuration's peak allocated, reserved and NVML memory carried
+    32 MiB more for every configuration measured before it in the process, up to about a GiB. Called
+    before each configuration, so that its first matmul allocates the one workspace a user's process has.
+    """
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        clear()
+
+
 def capture_cuda_graph(step: Callable[[], object], warmup: int = 3) -> Callable[[], object]:
     """``step`` captured as a CUDA graph (its inputs must stay where they are); returns the replay.
 

@@ -164,9 +164,18 @@ def neusight_records(folder: Path | None = None) -> list[Record]:
     return records
 
 
+#: Protocols whose memory columns are not the model's: the second protocol's process kept a cuBLAS
+#: workspace for each side stream its CUDA-graph captures had used, 32 MiB more per configuration measured
+#: before in the process (``measure.timing.release_cublas_workspaces``; data/measurements/README.md).
+MEMORY_NOT_THE_MODELS = ("dippm-nas-v2:",)
+
+
 def _memory(row: dict[str, str]) -> tuple[float | None, str]:
     """A harness row's memory target and what it measured: NVML's per-process figure where the row has
-    one (the second protocol), else the context plus peak reserved (the first)."""
+    one (the second protocol on), else the context plus peak reserved (the first); none for a protocol
+    of MEMORY_NOT_THE_MODELS."""
+    if row.get("protocol", "").startswith(MEMORY_NOT_THE_MODELS):
+        return None, ""
     process = _float(row.get("memory_process_mib") or "")
     if process is not None:
         return process, MEMORY_NVML_PROCESS

@@ -131,7 +131,7 @@ def test_cpu_rows_leave_the_gpu_columns_empty(tmp_path, fast_protocol):
     for column in ("memory_process_mib", "memory_process_method", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
                    "power_limit_w", "latency_ms_cuda_graphs", "cuda_graphs_error", "energy_j"):
         assert row[column] == "", column
-    assert row["protocol"].startswith("dippm-nas-v2:") and list(row) == COLUMNS
+    assert row["protocol"].startswith("dippm-nas-v3:") and list(row) == COLUMNS
 
 
 # --- 2a. clocks settled before the first configuration -------------------------------------------------
@@ -371,3 +371,26 @@ def test_the_harness_imports_nothing_of_the_library():
             "assert not bad, bad; assert 'tvm' not in sys.modules")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+
+
+def test_the_second_protocols_memory_stays_out_of_the_data_set_and_its_latency_goes_in():
+    """Its processes kept a cuBLAS workspace per CUDA-graph side stream: memory grew 32 MiB a configuration."""
+    from dippm_nas.training.records import harness_records
+
+    path = ROOT / "data" / "measurements" / "nvidia-h100-80gb-hbm3.csv"
+    with path.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["status"] == "ok" and r["precision"] in ("fp32", "fp16")]
+    assert rows and all(r["protocol"].startswith("dippm-nas-v2:") and r["memory_process_mib"] for r in rows)
+    records = harness_records(files=[path])
+    assert len(records) == len(rows)
+    assert all(r.memory_mb is None and r.memory_measure == "" and r.latency_ms > 0 for r in records)
+
+
+def test_the_cublas_workspaces_are_freed_once_the_gpu_is_done_with_them(monkeypatch):
+    events = []
+    monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(timing.torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(timing.torch._C, "_cuda_clearCublasWorkspaces", lambda: events.append("clear"))
+    timing.release_cublas_workspaces()
+    assert events == ["sync", "clear"]
