@@ -54,26 +54,21 @@ from dippm_nas.hardware.registry import Device, check_layout, check_precision
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
-#: stream; PyTorch eager's own time on the host to issue an operator is :data:`HOST_OPERATOR_US`.
+#: stream; PyTorch eager's own time on the host to issue an operator is a host profile's (``cost/host.py``).
 KERNEL_OVERHEAD_US = 4.0
 
-#: The default host's time to issue one operator in eager PyTorch and one view (no kernel, but the same
-#: dispatch): :data:`dippm_nas.cost.host.HOST_PROFILES`' default, where the host's model lives. The GPU
-#: runs an operator once the host has issued it and the previous one has finished, so a model of many
-#: small operators waits on the host (:func:`queued_latency`).
-HOST_OPERATOR_US = get_host_profile().operator_us
-HOST_VIEW_US = get_host_profile().view_us
 #: A prediction whose GPU waits on the host for more than this share of its latency says so.
 HOST_BOUND_NOTE_SHARE = 0.25
 
 
-def host_bound_notes(wait_share: float, operators: int, host: str | HostProfile | None = None) -> tuple[str, ...]:
-    """What a user should know when the latency is the host's, not the GPU's."""
+def host_bound_notes(wait_share: float, operators: int, host: str | HostProfile | None = None,
+                     half: bool = False) -> tuple[str, ...]:
+    """What a user should know when the latency is the host's, not the GPU's (``half``: under autocast)."""
     if wait_share < HOST_BOUND_NOTE_SHARE:
         return ()
     profile = get_host_profile(host)
     return (f"the GPU waits on the host for {wait_share:.0%} of this latency: eager PyTorch issues {operators} "
-            f"operators at about {profile.operator_us:.0f} us each ({profile.description}); a faster CPU, "
+            f"operators at about {profile.issue_us(half):.0f} us each ({profile.description}); a faster CPU, "
             "CUDA graphs (mode 'cuda-graphs') or torch.compile would shorten it",)
 
 #: One dependent round trip to device memory: about 230-250 ns on the GDDR6 and GDDR6X cards by
@@ -435,7 +430,8 @@ class AnalyticalCostModel:
                           zip(graph.nodes, roofline.time_s.tolist(), roofline.moved.tolist(), roofline.bound.tolist(),
                               units.tolist()))
             notes = precision_note(table, units, device, precision)
-        notes += host_bound_notes(roofline.host_wait_share(), int((~table.is_view).sum()), host)
+        notes += host_bound_notes(roofline.host_wait_share(), int((~table.is_view).sum()), host,
+                                  precision in HALF_PRECISIONS)
         return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=memory.total_mib,
                         cost_model=self.name, memory=memory, nodes=nodes, notes=notes)
 

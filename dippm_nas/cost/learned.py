@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, host_bound_notes
+from dippm_nas.cost.analytical import HALF_PRECISIONS, AnalyticalCostModel, host_bound_notes
 from dippm_nas.cost.base import Estimate, NotCovered
 from dippm_nas.cost.coverage import WEIGHTS, _trained_on, no_weights, not_covered, weights_available
 from dippm_nas.cost.error_table import ErrorFigure, lookup
@@ -318,7 +318,8 @@ class PMGNSCostModel:
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
             memory=analytical.memory, cost_model=_learned_label(learned),
             notes=coverage_notes(self.card, graph.family, graph.batch, error) + slice_note
-            + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host),
+            + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host,
+                               precision in HALF_PRECISIONS),
             error=error,
         )
 

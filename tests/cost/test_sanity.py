@@ -9,12 +9,11 @@ from torch import nn
 
 from dippm_nas import build_graph, get_device, mig_table, predict_graph
 from dippm_nas.cost.analytical import (
-    HOST_OPERATOR_US,
-    HOST_VIEW_US,
     IDLE_POWER_FRACTION,
     AnalyticalCostModel,
     queued_latency,
 )
+from dippm_nas.cost.host import get_host_profile
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF
@@ -155,8 +154,9 @@ def test_gpu_waits_on_the_host_when_its_operators_are_short():
     small = model.roofline(node_table(g), gpu, "fp16")
     host = float(small.host_s.sum())
     assert small.latency_s >= host > 3 * small.time_s.sum() and small.host_wait_share() > 0.6
-    assert host == pytest.approx((~node_table(g).is_view).sum() * HOST_OPERATOR_US * 1e-6
-                                 + node_table(g).is_view.sum() * HOST_VIEW_US * 1e-6)
+    profile = get_host_profile()
+    assert host == pytest.approx((~node_table(g).is_view).sum() * profile.issue_us(half=True) * 1e-6
+                                 + node_table(g).is_view.sum() * profile.view_us * 1e-6)
     large = model.roofline(node_table(scale_batch(g, 1024)), gpu, "fp16")
     assert large.latency_s == pytest.approx(large.time_s.sum(), rel=0.01) and large.host_wait_share() < 0.01
     # the GPU idles while it waits: energy is the idle power over the latency plus the busy units' share
