@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
              f"Host cost per eager operator, fitted on {DEVICE} harness records at batch <= 8 whose latency is >= "
              f"{HOST_BOUND:g} x the GPU's own time (analytical, CUDA graphs); view_us held at the "
              f"{profile.name!r} profile's {profile.view_us:g}.",
-             f"Profile {profile.name!r}: operator_us {profile.operator_us:g} (fp32), autocast "
-             f"{profile.autocast_operator_us or profile.operator_us:g} (fp16, bf16).", ""]
+             f"Profile {profile.name!r}: {profile.issue_us(half=False):g} us an operator at fp32, "
+             f"{profile.issue_us(half=True):g} under autocast (fp16, bf16).", ""]
     groups = defaultdict(list)
     for row in rows:
         groups[(row["precision"], row["origin"])].append(row)

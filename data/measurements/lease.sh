@@ -11,6 +11,8 @@
 # OUT_DIR first, so every step resumes where the last lease stopped and each file comes back whole:
 # copy it over the one in FROM. SECONDS (default 540) bounds the whole script; every step is also
 # stopped by `timeout` a minute past its budget, which loses at most the configuration in flight.
+# The test of this script sets LEASE_REPEAT_MANIFEST, LEASE_REPEAT_S and LEASE_CAMPAIGN_ARGS (more
+# arguments for every campaign step) to measure a tiny model instead.
 set -u -o pipefail
 out=${1:?give the folder the files go to}
 total=${2:-540}
@@ -21,7 +23,9 @@ mkdir -p "$out"
 log="$out/lease.log"
 python=$(command -v python3 || command -v python)
 deadline=$((SECONDS + total))
-repeat_s=75  # each pass of the six memcheck configurations
+repeat_manifest=${LEASE_REPEAT_MANIFEST:-data/manifests/memcheck.csv}
+repeat_s=${LEASE_REPEAT_S:-75}  # each pass of the six memcheck configurations
+read -r -a campaign_args <<< "${LEASE_CAMPAIGN_ARGS:-}"
 
 say() { echo "== $(date -u +%FT%TZ) $*" | tee -a "$log"; }
 
@@ -32,22 +36,23 @@ gpu_state() {
 }
 
 repeat_pass() {  # $1: a or b
-    say "repeatability pass $1: data/manifests/memcheck.csv in a fresh process"
-    timeout $((repeat_s + 60)) "$python" -m dippm_nas.measure --manifest data/manifests/memcheck.csv \
+    say "repeatability pass $1: $repeat_manifest in a fresh process"
+    timeout $((repeat_s + 60)) "$python" -m dippm_nas.measure --manifest "$repeat_manifest" \
         --out "$out/repeat-$1.csv" --device "$device" --budget-s "$repeat_s" 2>&1 | tee -a "$log"
     say "pass $1 exit status ${PIPESTATUS[0]}"
 }
 
-campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 for the last)
+campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 for the last), $3: at least
     local left=$((deadline - SECONDS - repeat_s - 15))
-    local budget=$(awk -v l="$left" -v s="$2" 'BEGIN { b = int(l * s); print (b > 0 ? b : 0) }')
+    local budget=$(awk -v l="$left" -v s="$2" -v m="${3:-0}" \
+        'BEGIN { b = int(l * s); if (b < m) b = (m < l ? m : l); print (b > 0 ? b : 0) }')
     if [ "$budget" -lt 5 ]; then
         say "campaign step $1: no time left"
         return
     fi
     say "campaign step $1: $budget s"
     timeout $((budget + 60)) "$python" -m dippm_nas.cli campaign --out-dir "$out" --budget-s "$budget" \
-        --steps "$1" --device "$device" 2>&1 | tee -a "$log"
+        --steps "$1" --device "$device" ${campaign_args[@]+"${campaign_args[@]}"} 2>&1 | tee -a "$log"
     say "step $1 exit status ${PIPESTATUS[0]}"
 }
 
@@ -62,7 +67,7 @@ if [ "$(realpath "$from")" != "$(realpath "$out")" ]; then
 fi
 gpu_state
 repeat_pass a
-campaign_step host 0.1
+campaign_step host 0.1 20
 campaign_step sweep 0.35
 campaign_step models 0.85
 campaign_step kernels 1

@@ -23,6 +23,7 @@ from dippm_nas.training.evaluate import (
     format_metrics,
 )
 from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES
+from dippm_nas.training.train import TrainConfig
 from dippm_nas.training.transfer import TRANSFER_BARS, TransferEvaluation
 
 UNITS = {"latency_ms": "latency (ms)", "energy_j": "energy per batch (J)", "memory_mb": "GPU memory (MiB)"}
@@ -180,6 +181,17 @@ def _comparison_section(evaluation: Evaluation) -> list[str]:
     return lines
 
 
+def _training_settings(config: TrainConfig) -> str:
+    """The settings a leave-one-GPU-out figure depends on, as the command's flags set them.
+
+    >>> _training_settings(TrainConfig(epochs=30, patience=8, refit=False))
+    'at most 30 epochs, patience 8, 1 network, no refit'
+    """
+    networks = f"{config.members} network{'s' if config.members > 1 else ''}"
+    refit = "refitted on training and validation records" if config.refit else "no refit"
+    return f"at most {config.epochs} epochs, patience {config.patience}, {networks}, {refit}"
+
+
 def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Path) -> Path:
     """Write ``transfer.md`` (leave one GPU out) and ``accuracy/transfer.json`` under ``docs``; returns
     the Markdown file's path."""
@@ -187,8 +199,9 @@ def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Pat
     lines = ["# Leave one GPU out", "",
              "Written by `dippm-nas evaluate --leave-one-gpu-out` on the committed data set "
              f"({len(ts.records)} records of {len(set(ts.devices))} GPUs). For each GPU, "
-             + ("PMGNS is trained without any of its records (early stopping on 15 % of the other GPUs' records, "
-                "so nothing is chosen on the held-out GPU) and " if "pmgns" in result.models else "")
+             + (f"PMGNS is trained without any of its records ({_training_settings(result.config)}; early stopping "
+                "on 15 % of the other GPUs' records, so nothing is chosen on the held-out GPU) and "
+                if "pmgns" in result.models else "")
              + "every one of its records is predicted: what a user of a GPU never measured gets. The analytical "
              "model has nothing to train. Metrics: MAPE, Kendall tau between predicted and measured, share within "
              f"+-10 %. The bar: MAPE <= {mape_bar:.0%} and tau >= {tau_bar:.2f} per GPU.", "",

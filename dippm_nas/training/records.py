@@ -172,7 +172,7 @@ MEMORY_NOT_THE_MODELS = ("dippm-nas-v2:",)
 
 def _memory(row: dict[str, str]) -> tuple[float | None, str]:
     """A harness row's memory target and what it measured: NVML's per-process figure where the row has
-    one (the second protocol on), else the context plus peak reserved (the first); none for a protocol
+    one (from the second protocol on), else the context plus peak reserved (the first); none for a protocol
     of MEMORY_NOT_THE_MODELS."""
     if row.get("protocol", "").startswith(MEMORY_NOT_THE_MODELS):
         return None, ""

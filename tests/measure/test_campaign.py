@@ -119,3 +119,36 @@ def test_a_step_run_alone_takes_the_whole_budget_and_the_cli_names_the_same_step
     results = run_campaign(tmp_path / "out", 3.0, "cpu", manifest=[], kernels_manifest=None, steps=["sweep"])
     assert [r.step for r in results] == ["sweep"] and results[0].budget_s > 2.9
     assert (tmp_path / "out" / "sweeps" / "cpu.csv").exists() and not (tmp_path / "out" / "host").exists()
+
+
+def test_the_lease_script_spends_one_call_and_resumes_from_the_files_it_is_given(tmp_path):
+    """data/measurements/lease.sh on the CPU with a tiny model: every step in its own process, both
+    repeatability passes, at most seven files no deeper than two folders, and this GPU's files copied first."""
+    import os
+    import subprocess
+
+    from dippm_nas.measure.campaign import HOST_COLUMNS
+
+    manifest = tmp_path / "tiny.csv"
+    manifest.write_text("model,input_shape,batch,precision,source,family,layout\n"
+                        "tiny_models:tiny,3x16x16,1,fp32,callable,,nchw\n"
+                        "tiny_models:tiny,3x16x16,2,fp16,callable,,nchw\n")
+    given = tmp_path / "from" / "host" / "cpu.csv"
+    given.parent.mkdir(parents=True)
+    given.write_text(",".join(HOST_COLUMNS) + "\nadd|fp32,add,fp32,1.0\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "LEASE_REPEAT_MANIFEST": str(manifest),
+           "LEASE_REPEAT_S": "30", "LEASE_CAMPAIGN_ARGS": f"--manifest {manifest} --kernels-manifest {manifest}"}
+    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "lease.sh"), str(out), "120", "cpu",
+                           str(tmp_path / "from")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    log = (out / "lease.log").read_text()
+    for step in ("pass a", "step host", "step sweep", "step models", "step kernels", "pass b"):
+        assert f"{step} exit status 0" in log, log[-2000:]
+    assert f"resuming from {given}" in log and "host cost already in" in log
+    assert (out / "host" / "cpu.csv").read_text() == given.read_text()  # resumed, not measured again
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 7 and all(len(f.parts) <= 3 for f in files)
+    keys = [sorted(r["key"] for r in _rows(out / f"repeat-{p}.csv")) for p in "ab"]
+    assert keys[0] == keys[1] and len(keys[0]) == 2
+    assert _rows(out / "cpu.csv") and _rows(out / "sweeps" / "cpu.csv") and _rows(out / "kernels" / "cpu.csv")
