@@ -75,6 +75,7 @@ BAD_INPUTS = {
     "unknown precision": (["predict", "resnet18", "--precision", "fp8"], "invalid choice: 'fp8'"),
     "unknown layout": (["predict", "resnet18", "--layout", "nwhc"], "invalid choice: 'nwhc'"),
     "bad --input syntax": (["predict", "resnet18", "--input", "x=3,a,b"], "cannot read the shape"),
+    "bad --input-shape syntax": (["predict", "resnet18", "--input-shape", "3,a,b"], "cannot read the shape"),
     "unknown input dtype": (["predict", "resnet18", "--input", "x=3,224,224:float8"], "has dtype 'float8'"),
     "zero dimension": (["predict", "resnet18", "--input-shape", "3,0,224"], "positive integer"),
     "both --input-shape and --input": (["predict", "resnet18", "--input-shape", "3,8,8", "--input", "x=3,8,8"],
