@@ -1,13 +1,15 @@
 """How far off a prediction is likely to be: held-out error figures, shipped as package data.
 
 ``dippm-nas evaluate`` writes every test prediction beside its measurement
-(``docs/accuracy/predictions.csv``) and the splits' summary (``docs/accuracy/results.json``). This
-module condenses them into a small table, ``dippm_nas/cost/weights/error_table.json``, that ships with
-the package: the latency MAPE of each cost model on held-out records, grouped by
+(``docs/accuracy/predictions.csv``) and the splits' summary (``docs/accuracy/results.json``);
+``dippm-nas evaluate --leave-one-gpu-out`` writes every held-out GPU's
+(``docs/accuracy/transfer_predictions.csv``). This module condenses them into a small table,
+``dippm_nas/cost/weights/error_table.json``, that ships with the package: the latency MAPE of each cost
+model on held-out records, grouped by
 
 - the **cost model** and what its training saw: PMGNS on model families it saw (the random split's
   test records), on whole families held out (the family split's), and on a GPU it was not trained on
-  (the two device splits'); the analytical model, which trains on nothing, on every measured record
+  (each GPU held out in turn); the analytical model, which trains on nothing, on every measured record
   once (records repeated across splits counted once);
 - the **device** the records were measured on, the **precision** and the **batch** range
   (:data:`BATCH_BINS`), each also pooled (``"*"``).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import hashlib
 import json
 import math
@@ -54,9 +57,9 @@ GROUPS: dict[str, dict[str, object]] = {
                      "family_in_training": False,
                      "description": "test records of whole model families held out from its training "
                                     "(family split)"},
-    "pmgns/device": {"cost_model": "pmgns", "splits": ("rtx3090->rtx4090", "rtx4090->rtx3090"),
+    "pmgns/device": {"cost_model": "pmgns", "splits": ("without *",),
                      "gpu_in_training": False, "family_in_training": None,
-                     "description": "test records of a GPU it was not trained on (device splits)"},
+                     "description": "records of a GPU held out of its training (leave one GPU out)"},
     "analytical/all": {"cost_model": "analytical", "splits": None, "gpu_in_training": None,
                        "family_in_training": None,
                        "description": "measured test records (every split's, each once; it trains on nothing)"},
@@ -99,7 +102,7 @@ def _group_records(rows: list[dict[str, str]], group: str) -> list[tuple[dict[st
     column = f"{spec['cost_model']}_ms"
     out, seen = [], set()
     for row in rows:
-        if spec["splits"] is not None and row["split"] not in spec["splits"]:
+        if spec["splits"] is not None and not any(fnmatch.fnmatchcase(row["split"], s) for s in spec["splits"]):
             continue
         if spec["splits"] is None:  # the analytical model: each record once, whichever split tested it
             key = tuple(row[k] for k in RECORD_KEYS)
@@ -110,22 +113,27 @@ def _group_records(rows: list[dict[str, str]], group: str) -> list[tuple[dict[st
     return out
 
 
-def build_error_table(predictions_csv: str | Path, results_json: str | Path | None = None) -> dict:
-    """The error table from an evaluation's ``predictions.csv`` and, if given, its ``results.json``.
+def build_error_table(predictions_csv: str | Path, results_json: str | Path | None = None,
+                      transfer_csv: str | Path | None = None) -> dict:
+    """The error table from an evaluation's ``predictions.csv``, if given its ``results.json``, and a
+    leave-one-GPU-out run's ``transfer_predictions.csv``.
 
     Every cell is a MAPE recomputed from the predictions beside their measurements. With
     ``results_json``, each split's pooled latency MAPE is checked against the one the evaluation
     reported (a ValueError if the two files come from different runs), and the energy and memory
-    figures, which exist only per split, are carried over.
+    figures, which exist only per split, are carried over. Without ``transfer_csv`` the table has no
+    figure for a GPU held out of training.
     """
     path = Path(predictions_csv)
     text = path.read_text()
     rows = list(csv.DictReader(text.splitlines()))
     if not rows:
         raise ValueError(f"{path} has no prediction rows")
+    transfer_text = Path(transfer_csv).read_text() if transfer_csv is not None else ""
+    scored = rows + list(csv.DictReader(transfer_text.splitlines()))
     cells = []
     for group in GROUPS:
-        records = _group_records(rows, group)
+        records = _group_records(scored if GROUPS[group]["splits"] is not None else rows, group)
         buckets: dict[tuple[str, str, str], list[tuple[dict[str, str], float]]] = {}
         for row, error in records:
             for device in (row["device"], "*"):
@@ -139,6 +147,8 @@ def build_error_table(predictions_csv: str | Path, results_json: str | Path | No
         "about": "latency MAPE of each cost model on held-out test records; written by "
                  "dippm_nas.cost.error_table from an evaluation's predictions.csv",
         "source": path.name, "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "transfer_source": Path(transfer_csv).name if transfer_csv is not None else None,
+        "transfer_sha256": hashlib.sha256(transfer_text.encode()).hexdigest() if transfer_csv is not None else None,
         "batch_bins": [list(b) for b in BATCH_BINS], "min_records": MIN_RECORDS,
         "groups": {name: {k: v for k, v in spec.items()} for name, spec in GROUPS.items()},
         "cells": cells, "splits": {},
@@ -174,15 +184,19 @@ def _split_figures(rows: list[dict[str, str]], results: dict) -> dict[str, dict]
 
 
 def write_error_table(predictions_csv: str | Path, results_json: str | Path | None = None,
-                      out: str | Path = TABLE) -> Path:
+                      out: str | Path = TABLE, transfer_csv: str | Path | None = None) -> Path:
     """Build the table (:func:`build_error_table`) and write it to ``out`` (the shipped file by default).
 
-    ``results_json`` defaults to the ``results.json`` beside ``predictions_csv`` when there is one.
-    The evaluation calls this after writing its predictions; so does ``python -m dippm_nas.cost.error_table``.
+    ``results_json`` and ``transfer_csv`` default to the ``results.json`` and ``transfer_predictions.csv``
+    beside ``predictions_csv`` where they exist. The evaluation calls this after writing its predictions;
+    so does ``python -m dippm_nas.cost.error_table``.
     """
-    if results_json is None and (Path(predictions_csv).parent / "results.json").exists():
-        results_json = Path(predictions_csv).parent / "results.json"
-    table = build_error_table(predictions_csv, results_json)
+    beside = Path(predictions_csv).parent
+    if results_json is None and (beside / "results.json").exists():
+        results_json = beside / "results.json"
+    if transfer_csv is None and (beside / "transfer_predictions.csv").exists():
+        transfer_csv = beside / "transfer_predictions.csv"
+    table = build_error_table(predictions_csv, results_json, transfer_csv)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1) + "\n")
@@ -324,9 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("predictions", help="the evaluation's predictions.csv (docs/accuracy/predictions.csv)")
     parser.add_argument("--results", default=None,
                         help="its results.json (default: the one beside predictions.csv, if any)")
+    parser.add_argument("--transfer", default=None,
+                        help="a leave-one-GPU-out run's transfer_predictions.csv (default: the one beside "
+                             "predictions.csv, if any)")
     parser.add_argument("--out", default=str(TABLE), help=f"where to write the table (default: {TABLE})")
     args = parser.parse_args(argv)
-    out = write_error_table(args.predictions, args.results, args.out)
+    out = write_error_table(args.predictions, args.results, args.out, args.transfer)
     table = load_table(Path(out))
     print(f"{out}: {len(table['cells'])} cells from {table['source']}")
     return 0

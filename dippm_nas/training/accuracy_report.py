@@ -193,8 +193,8 @@ def _training_settings(config: TrainConfig) -> str:
 
 
 def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Path) -> Path:
-    """Write ``transfer.md`` (leave one GPU out) and ``accuracy/transfer.json`` under ``docs``; returns
-    the Markdown file's path."""
+    """Write ``transfer.md`` (leave one GPU out), ``accuracy/transfer.json`` and every held-out prediction
+    (``accuracy/transfer_predictions.csv``) under ``docs``; returns the Markdown file's path."""
     mape_bar, tau_bar = TRANSFER_BARS["mape"], TRANSFER_BARS["tau"]
     lines = ["# Leave one GPU out", "",
              "Written by `dippm-nas evaluate --leave-one-gpu-out` on the committed data set "
@@ -228,6 +228,7 @@ def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Pat
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "accuracy").mkdir(parents=True, exist_ok=True)
     (docs / "accuracy" / "transfer.json").write_text(json.dumps(result.summary(), indent=1, default=float))
+    write_predictions(result.prediction_rows, docs / "accuracy" / "transfer_predictions.csv")
     path = docs / "transfer.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -108,7 +108,7 @@ def _breakdown(ts: TrainingSet, split: Split, predicted: np.ndarray, measured: n
 PREDICTION_KEYS = ("model", "family", "device", "batch", "image_size", "precision", "layout", "torch")
 
 
-def _prediction_rows(ts: TrainingSet, split: Split, measured: np.ndarray,
+def prediction_rows(ts: TrainingSet, split: Split, measured: np.ndarray,
                      predictions: dict[str, np.ndarray]) -> list[dict[str, object]]:
     """One row per test record of ``split``: what it is, its measured latency and each model's prediction."""
     rows = []
@@ -201,7 +201,7 @@ def evaluate(ts: TrainingSet, config: TrainConfig, comparison_epochs: int,
                                          "best_epoch": fitted.best_epoch, "epochs_run": fitted.epochs_run,
                                          "val_mape": fitted.best_val_mape, "n_train": len(split.train),
                                          "n_val": len(split.val), "n_test": len(split.test)}
-        predictions += _prediction_rows(ts, split, measured, preds)
+        predictions += prediction_rows(ts, split, measured, preds)
         other: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
         for t, target in enumerate(TARGETS[1:], start=1):
             have = ~np.isnan(ts.targets[split.test, t])

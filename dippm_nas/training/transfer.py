@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dippm_nas.training.dataset import TrainingSet
+from dippm_nas.training.evaluate import prediction_rows
 from dippm_nas.training.metrics import summary
 from dippm_nas.training.splits import Split, leave_gpu_out
 from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
@@ -78,6 +79,9 @@ class TransferEvaluation:
     config: TrainConfig
     models: tuple[str, ...]
     held_out: list[HeldOutGpu] = field(default_factory=list)
+    #: One row per held-out record: what it is, its measured latency and each model's
+    #: (``docs/accuracy/transfer_predictions.csv``, where the error table reads PMGNS's error on a new GPU).
+    prediction_rows: list[dict[str, object]] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         """The figures as JSON: per GPU, latency and energy, overall and per precision and batch range."""
@@ -118,6 +122,7 @@ def evaluate_transfer(ts: TrainingSet, config: TrainConfig, gpus: list[str] | No
         held = HeldOutGpu(gpu, split, measured, predicted, np.array([r.precision for r in records]),
                           np.array([r.batch for r in records]), best_epoch)
         result.held_out.append(held)
+        result.prediction_rows += prediction_rows(ts, split, measured[:, 0], {k: p[:, 0] for k, p in predicted.items()})
         line = "; ".join(f"{name} MAPE {m['mape']:.1%} tau {m['tau']:.3f}" for name, m in held.metrics(0).items())
         print(f"without {gpu} ({len(split.test)} records): {line}", file=sys.stderr)
     return result
