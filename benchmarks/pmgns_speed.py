@@ -101,7 +101,7 @@ def _stages(learned, graphs, device, rounds: int) -> dict[str, float]:
     from dippm_nas.cost.table import node_table
 
     request = {"batch": graphs[0].batch, "device": device.key, "precision": "fp16", "layout": "nchw",
-               "torch": learned.card.torch_versions[device.key]}
+               "torch": learned.card.runtime(device.key)}
     stages: dict[str, list[float]] = {"one pass over the operators": [], "static features + analytical": [],
                                       "GNN (node features, convolutions, head)": []}
     for g in graphs:

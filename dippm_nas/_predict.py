@@ -109,7 +109,7 @@ def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: flo
 
 def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str, mode: str = "eager",
               host: str | HostProfile | None = None):
-    """``auto``: the learned model where it was trained, else the analytical one, saying why."""
+    """``auto``: the learned model wherever it answers, else the analytical one, saying why."""
     execution = {"mode": mode, "host": host}
     if cost_model != "auto":
         return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
@@ -198,7 +198,7 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
 
     ``model`` is a :class:`ModelGraph` (its batch is the graph's) or anything :func:`predict` takes, with
     its ``input_shape`` and ``batch``. Every slice is predicted by the cost model that answers for the
-    whole GPU (``auto``: PMGNS where it was trained, its correction then applied to each slice's
+    whole GPU (``auto``: PMGNS, its correction of the whole GPU then applied to each slice's
     roofline), so a slice with all of the GPU's SMs predicts as the GPU does. A slice key
     (``a100-40gb:1g.5gb``) stands for its GPU.
 

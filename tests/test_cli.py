@@ -46,8 +46,12 @@ def test_predict_table_and_devices_and_mig(capsys):
     assert code == 0 and "latency" in out and "h100-sxm" in out and "MIG profile" in out
     code, out, _ = _run(capsys, "devices")
     assert code == 0 and "a100-40gb" in out and "1g.5gb" in out
+    reads = {line.split()[0]: line.split()[-2:] for line in out.splitlines()[2:] if line.strip()}
+    assert reads["h100-sxm"] == ["yes", "records"] and reads["a100-40gb"] == ["spec", "sheet"]
     code, out, _ = _run(capsys, "devices", "--json")
-    assert {d["key"] for d in json.loads(out)} >= {"a100-40gb", "h100-sxm", "rtx4090"}
+    listed = {d["key"]: d for d in json.loads(out)}
+    assert set(listed) >= {"a100-40gb", "h100-sxm", "rtx4090"}
+    assert listed["rtx4090"]["pmgns_trained_on_records"] and not listed["a100-80gb"]["pmgns_trained_on_records"]
     code, out, _ = _run(capsys, "mig", "resnet18", "--batch", "4")
     assert code == 0 and "7g.40gb" in out and "fits" in out
 

@@ -45,8 +45,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
-                        help="auto (the learned pmgns where it was trained, else analytical), analytical or "
-                             "pmgns (default: auto)")
+                        help="auto (the learned pmgns on every GPU and precision it can read, else analytical), "
+                             "analytical (the roofline alone) or pmgns (default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
@@ -96,18 +96,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    from dippm_nas.cost.coverage import measured_gpus
     from dippm_nas.hardware.registry import list_devices
 
     devices = list_devices()
+    measured = measured_gpus()
     if args.json:
-        print(json.dumps([d.to_dict() for d in devices], indent=2))
+        print(json.dumps([d.to_dict() | {"pmgns_trained_on_records": d.key in measured} for d in devices], indent=2))
         return 0
     rows = [[d.key, d.name, str(d.sm_count), f"{d.fp32_tflops:g}", f"{d.fp16_tflops or 0:g}",
              f"{d.memory_gib:g}", f"{d.memory_bw_gbs:g}", f"{d.tdp_w:g}",
-             " ".join(p.name for p in d.mig_profiles) or "-", d.verified] for d in devices]
-    header = ["key", "name", "SMs", "FP32 TF", "FP16 TF", "GiB", "GB/s", "TDP W", "MIG profiles", "verified"]
+             " ".join(p.name for p in d.mig_profiles) or "-", d.verified,
+             "records" if d.key in measured else "spec sheet"] for d in devices]
+    header = ["key", "name", "SMs", "FP32 TF", "FP16 TF", "GiB", "GB/s", "TDP W", "MIG profiles", "verified",
+              "PMGNS reads"]
     print(format_table(rows, header))
     print("\nA MIG slice is addressed as KEY:PROFILE, e.g. a100-40gb:1g.5gb. Caveats: dippm-nas devices --json.")
+    if measured:
+        print("PMGNS answers on every GPU: from its training records where it has them, from the spec sheet "
+              "elsewhere (its error on GPUs held out of training: docs/transfer.md).")
     return 0
 
 

@@ -1,15 +1,18 @@
 """PMGNS at prediction time: shipped weights (safetensors) and their model card (JSON).
 
 A model is an ensemble of one or more PMGNS networks trained from different seeds (the shipped one has
-one); a prediction is the geometric mean of theirs. It answers only where it was trained: a device and
-precision in its card, and on the MIG slices of those devices: no slice was measured, so a slice gets the
-correction learned on its whole GPU applied to the slice's own roofline (a 7g slice, which has every SM,
-predicts as its GPU does). Elsewhere it raises :class:`NotCovered` and :func:`dippm_nas.predict_graph`
-falls back to the analytical model, saying so. Latency is learned on every device of the card; energy
-and memory only on the devices where the harness measured them, and only where the training
-configuration applies their correction (the card's ``target_devices``). Elsewhere energy is the
-analytical power times the learned time and memory the analytical liveness model, and the cost-model
-label says which.
+one); a prediction is the geometric mean of theirs. It answers for every GPU of the registry: the network
+reads a GPU through its spec sheet, so a GPU its records never measured, or one added to the registry as a
+CSV row, is predicted without retraining, and its notes say so and cite the error measured on GPUs held
+out of training. A precision without records is read as its stand-in
+(:data:`~dippm_nas.cost.coverage.STAND_IN`), and a MIG slice as its whole GPU (no slice was measured):
+the correction the network gives what it read applies to the request's own roofline (a 7g slice, which
+has every SM, predicts as its GPU does). Where the card has neither the precision nor its stand-in it
+raises :class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying
+so. Latency is learned on every device of the card; energy and memory only on the devices where the
+harness measured them, and only where the training configuration applies their correction (the card's
+``target_devices``). Elsewhere energy is the analytical power times the learned time and memory the
+analytical liveness model, and the cost-model label says which.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import HALF_PRECISIONS, AnalyticalCostModel, host_bound_notes
+from dippm_nas.cost.analytical import HALF_PRECISIONS, AnalyticalCostModel, host_bound_notes, version_numbers
 from dippm_nas.cost.base import Estimate, NotCovered
-from dippm_nas.cost.coverage import WEIGHTS, _trained_on, no_weights, not_covered, weights_available
+from dippm_nas.cost.coverage import WEIGHTS, _trained_on, no_weights, not_covered, read_as, weights_available
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_profile
@@ -66,6 +69,11 @@ class Card:
     #: ``dippm-nas evaluate --ship`` wrote the card, on whole families it never saw (family split).
     seen_family_mape: float | None = None
     unseen_family_mape: float | None = None
+
+    def runtime(self, gpu: str) -> str:
+        """The PyTorch a prediction on ``gpu`` is for: the newest among its records, and for a GPU the
+        records never measured, the newest among all of them."""
+        return self.torch_versions.get(gpu) or max(self.torch_versions.values(), key=version_numbers)
 
 
 @cache
@@ -276,11 +284,13 @@ class PMGNSCostModel:
         the card has records of on ``device``.
 
         On a MIG slice, the network reads the whole GPU's request, and its correction applies to the
-        slice's roofline. So does another execution ``mode`` or ``host``: the network reads the request as
-        its records were measured (eager, on the default host) and its correction of the GPU's time applies
-        to the requested execution's queue (under CUDA graphs, no host term at all). Raises NotCovered for a
-        device or precision off the card, or a graph without operators; the notes say how far the request
-        is from the training data, and ``error`` how far off PMGNS was on comparable held-out records.
+        slice's roofline. So does a precision without records of its own, read as its stand-in, and another
+        execution ``mode`` or ``host``: the network reads the request as its records were measured (eager,
+        on the default host) and its correction of the GPU's time applies to the requested execution's
+        queue (under CUDA graphs, no host term at all). A GPU the card's records never measured is read
+        through its spec sheet at the newest PyTorch of the card. Raises NotCovered for a precision the card
+        cannot read, or a graph without operators; the notes say how far the request is from the training
+        data, and ``error`` how far off PMGNS was on comparable held-out records.
         """
         reason = self.covers(device, precision)
         if reason:
@@ -288,16 +298,19 @@ class PMGNSCostModel:
         if not graph.nodes:  # its latency and energy are 0: no ratio of them to learn
             raise NotCovered(f"{graph.name or 'the model'} runs no operators")
         gpu = get_device(device.key.split(":")[0]) if device.slice_of else device
+        read_precision = read_as(precision, self.card.precisions)
         table = node_table(graph)  # its per-sample columns are the batch-1 graph's
-        request = {"batch": graph.batch, "device": gpu.key, "precision": precision, "layout": layout,
-                   "torch": self.card.torch_versions[gpu.key]}
+        request = {"batch": graph.batch, "device": gpu.key, "precision": read_precision, "layout": layout,
+                   "torch": self.card.runtime(gpu.key)}
         inputs = record_inputs(table, request, self.analytical)
         with torch.inference_mode(), one_thread():
             out = self._correction(graph, inputs)  # [members, targets]
             execution = {"mode": check_mode(mode), "host": host}
-            if device.slice_of or mode != "eager" or get_host_profile(host).name != DEFAULT_HOST:
-                # the whole GPU's correction, read as measured, on the request's own roofline and queue
-                inputs = record_inputs(table, request | {"device": device.key} | execution, self.analytical)
+            if (device.slice_of or read_precision != precision or mode != "eager"
+                    or get_host_profile(host).name != DEFAULT_HOST):
+                # the correction of the request as measured, on the request's own roofline and queue
+                inputs = record_inputs(table, request | {"device": device.key, "precision": precision} | execution,
+                                       self.analytical)
             curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
             latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean
         analytical = inputs.estimate
@@ -309,15 +322,23 @@ class PMGNSCostModel:
         # Where no energy was measured on this device, the analytical power over the learned time.
         energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
         memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
+        seen_gpu = gpu.key in self.card.devices
         error = lookup("pmgns", device.key, precision, graph.batch,
-                       family_in_training=graph.family in self.card.families)
-        slice_note = (f"MIG slice {device.slice_of}: no slice was measured; PMGNS's correction learned on the whole "
+                       family_in_training=graph.family in self.card.families, gpu_in_training=seen_gpu)
+        read_notes = (f"MIG slice {device.slice_of}: no slice was measured; PMGNS's correction of the whole "
                       f"{gpu.key} is applied to the slice's roofline (its SMs and share of memory bandwidth)",
                       ) if device.slice_of else ()
+        if not seen_gpu:
+            read_notes += (f"no record of {gpu.key} was in PMGNS's training data: the network reads its spec sheet "
+                           f"(peaks, bandwidth, SMs, L2, TDP) at PyTorch {request['torch']}; docs/transfer.md gives "
+                           "its error on each GPU held out of training",)
+        if read_precision != precision:
+            read_notes += (f"no {precision} record was in PMGNS's training data: its correction of the request at "
+                           f"{read_precision} is applied to the {precision} roofline",)
         return Estimate(
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
             memory=analytical.memory, cost_model=_learned_label(learned),
-            notes=coverage_notes(self.card, graph.family, graph.batch, error) + slice_note
+            notes=coverage_notes(self.card, graph.family, graph.batch, error) + read_notes
             + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host,
                                precision in HALF_PRECISIONS),
             error=error,

@@ -88,6 +88,15 @@ class Device:
         """The memory in MiB; for a slice, its usable memory."""
         return self.memory_gib * GIB_IN_MIB
 
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions of :data:`PRECISIONS` the spec sheet gives a peak for (fp32 always has one).
+
+        >>> get_device("v100").precisions
+        ('fp32', 'fp32-strict', 'fp16')
+        """
+        return tuple(p for p in PRECISIONS if p.startswith("fp32") or getattr(self, f"{p}_tflops"))
+
     def tensor_tflops(self, precision: str) -> float:
         """Peak of the units that run matmuls and convolutions at ``precision``."""
         check_precision(precision)
@@ -99,10 +108,9 @@ class Device:
             "bf16": self.bf16_tflops,
         }[precision]
         if peak is None:
-            supported = [p for p in PRECISIONS if p.startswith("fp32") or getattr(self, f"{p}_tflops")]
             raise DippmError(
                 f"{self.key} ({self.name}) has no {precision} tensor cores in its spec sheet; "
-                f"choose one of: {', '.join(supported)}."
+                f"choose one of: {', '.join(self.precisions)}."
             )
         return peak
 

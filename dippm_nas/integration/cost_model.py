@@ -21,7 +21,7 @@ class HardwareCostModel:
 
     ``cache`` is a :class:`GraphCache`, a path to a SQLite file shared by all workers, or None for a
     private in-memory cache; ``use_cache=False`` featurizes every candidate whole, from scratch.
-    ``cost_model="auto"`` takes the learned model where it was trained and the analytical one elsewhere.
+    ``cost_model="auto"`` takes the learned model wherever it answers and the analytical one elsewhere.
     ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU, or
     ``cuda-graphs``), :func:`dippm_nas.predict_graph`.
 
