@@ -122,7 +122,8 @@ def _header(evaluation: Evaluation, ts: TrainingSet) -> list[str]:
     config = evaluation.config
     lines = ["# Accuracy", "",
              "Written by `dippm-nas evaluate` on the committed data set (`data/records.csv`: timm's published "
-             "RTX 3090 / RTX 4090 benchmarks, imported as they are, plus any GPU rows measured by the harness). "
+             "RTX 3090 / RTX 4090 benchmarks and NeuSight's A100 / V100 / T4 transformer latencies, imported as "
+             "they are, plus the GPU rows measured by our harness). "
              f"{len(ts.records)} records, {len(ts.graph_keys)} graphs, seed {config.seed}. Targets present: latency "
              f"on {int(np.sum(~np.isnan(ts.targets[:, 0])))} records, "
              f"energy on {int(np.sum(~np.isnan(ts.targets[:, 1])))}, "
