@@ -145,7 +145,8 @@ def build_error_table(predictions_csv: str | Path, results_json: str | Path | No
                           **_cell(members)})
     table = {
         "about": "latency MAPE of each cost model on held-out test records; written by "
-                 "dippm_nas.cost.error_table from an evaluation's predictions.csv",
+                 "dippm_nas.cost.error_table from an evaluation's predictions.csv and a leave-one-GPU-out "
+                 "run's transfer_predictions.csv",
         "source": path.name, "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "transfer_source": Path(transfer_csv).name if transfer_csv is not None else None,
         "transfer_sha256": hashlib.sha256(transfer_text.encode()).hexdigest() if transfer_csv is not None else None,

@@ -90,7 +90,7 @@ def test_learned_prediction_at_rtx4090_batch_256(rows, graphs):
 
 def test_analytical_prediction_on_a_gpu_never_measured_says_so(rows, graphs):
     """a100-40gb has no record: the analytical model's error on the GPUs measured, at that batch range."""
-    records = [r for r in _unique(rows) if batch_bin(int(r["batch"])) == "4-15"]
+    records = [r for r in _unique(rows) if batch_bin(int(r["batch"])) == "4-15" and r["precision"] == "fp32"]
     expected, n = _mape(records, "analytical")
     p = predict_graph(graphs[8], "a100-40gb", "fp32", "analytical")
     e = p.latency_error
@@ -101,7 +101,7 @@ def test_analytical_prediction_on_a_gpu_never_measured_says_so(rows, graphs):
 
 
 def test_analytical_figure_on_a_measured_gpu(rows):
-    records = [r for r in _unique(rows) if r["device"] == "h100-sxm" and r["batch"] == "1"]
+    records = [r for r in _unique(rows) if r["device"] == "h100-sxm" and r["batch"] == "1" and r["precision"] == "fp16"]
     expected, n = _mape(records, "analytical")
     e = lookup("analytical", "h100-sxm", "fp16", 1)
     assert (e.records, e.devices) == (n, ("h100-sxm",)) and e.mape == pytest.approx(expected, abs=1e-6)
@@ -109,7 +109,7 @@ def test_analytical_figure_on_a_measured_gpu(rows):
 
 def test_unseen_family_and_unseen_gpu_use_their_splits(rows):
     family, n = _mape([r for r in rows if r["split"] == "family" and r["device"] == "h100-sxm"
-                       and r["batch"] == "1"], "pmgns")
+                       and r["batch"] == "1" and r["precision"] == "fp16"], "pmgns")
     e = lookup("pmgns", "h100-sxm", "fp16", 1, family_in_training=False)
     assert e.group == "pmgns/family" and e.records == n and e.mape == pytest.approx(family, abs=1e-6)
     with TRANSFER.open() as f:  # each GPU held out of training in turn

@@ -25,7 +25,7 @@ def test_cuda_graphs_mode_has_no_host_term(resnet):
     graphs = model.roofline(table, gpu, "fp32", mode="cuda-graphs")
     assert not graphs.host_s.any() and graphs.host_wait_share() == 0
     assert graphs.latency_s == pytest.approx(graphs.time_s.sum()) and eager.latency_s > graphs.latency_s
-    p = predict_graph(resnet, "a100-40gb", mode="cuda-graphs")
+    p = predict_graph(resnet, "a100-40gb", cost_model="analytical", mode="cuda-graphs")
     assert p.mode == "cuda-graphs" and p.host == "" and not any("waits on the host" in n for n in p.notes)
     assert p.latency_ms == pytest.approx(graphs.time_s.sum() * 1e3)
 

@@ -44,7 +44,7 @@ def test_fp16_faster_than_fp32_for_matmul_bound_model():
     with torch.device("meta"):
         mlp = nn.Sequential(nn.Linear(4096, 4096), nn.GELU(), nn.Linear(4096, 4096))
     g = build_graph(mlp, (4096,), batch=512)
-    fp32, fp16 = predict_graph(g, precision="fp32"), predict_graph(g, precision="fp16")
+    fp32, fp16 = (predict_graph(g, precision=p, cost_model="analytical") for p in ("fp32", "fp16"))
     assert fp16.latency_ms < fp32.latency_ms / 4
     assert [c.bound for c in fp32.estimate.nodes if c.op == "matmul"] == ["compute", "compute"]
 
@@ -367,7 +367,7 @@ def test_an_operator_eager_runs_in_place_writes_into_its_input():
 
 
 def test_breakdown_names_the_dominant_operators(resnet_graphs):
-    top = predict_graph(resnet_graphs[32]).estimate.top_nodes(3)
+    top = predict_graph(resnet_graphs[32], cost_model="analytical").estimate.top_nodes(3)
     assert len(top) == 3 and top[0].time_ms >= top[1].time_ms >= top[2].time_ms
     assert all(c.bound in {"compute", "memory", "overhead"} for c in top)
 
