@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.training.metrics import kendall_tau, mape
+from dippm_nas.training.metrics import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSET = "rtx3090/fp16,rtx4090/fp16,h100-sxm/fp16"
@@ -29,9 +29,8 @@ def _figures(rows: list[dict[str, str]]) -> str:
     measured = np.array([float(r["measured_ms"]) for r in rows])
     cells = []
     for model in ("pmgns", "analytical"):
-        predicted = np.array([float(r[f"{model}_ms"]) for r in rows])
-        tau = kendall_tau(predicted, measured) if len(rows) > 1 else float("nan")
-        cells.append(f"{model} {mape(predicted, measured):6.1%} / {tau:5.3f}")
+        m = summary(np.array([float(r[f"{model}_ms"]) for r in rows]), measured)
+        cells.append(f"{model} {m['mape']:6.1%} / {m['tau']:5.3f}")
     return f"{len(rows):5d} records   " + "   ".join(cells)
 
 

@@ -133,6 +133,8 @@ def build_error_table(predictions_csv: str | Path, results_json: str | Path | No
     scored = rows + list(csv.DictReader(transfer_text.splitlines()))
     cells = []
     for group in GROUPS:
+        # the analytical model's records are the evaluation's test records, each once; a held-out GPU's
+        # records are in the transfer run too, and would count twice
         records = _group_records(scored if GROUPS[group]["splits"] is not None else rows, group)
         buckets: dict[tuple[str, str, str], list[tuple[dict[str, str], float]]] = {}
         for row, error in records:
