@@ -151,6 +151,33 @@ def _sdpa_math(attention: Node) -> tuple[float, ...]:
             float(attention.outputs[0].numel), float(len(attention.inputs) > 3))
 
 
+def _gemm(node: Node) -> tuple[float, float, float, float]:
+    """(batches, M, N, K) of the GEMM a convolution, matmul or fused attention runs, as cuBLAS and
+    cuDNN tile it: a convolution is an implicit GEMM per group (M output pixels of the batch, N output
+    channels of the group, K = input channels of the group x kernel area); a linear layer folds every
+    leading dimension into M; a matmul of two activations is batched over its leading dimensions;
+    attention (query, key: batch x tokens x heads x head size) is scores = one GEMM per (sample, head).
+    Zeros for every other operator, and for shapes the rules do not read."""
+    if not node.outputs or not node.flops:
+        return (0.0,) * 4
+    out = node.outputs[0].shape
+    numel = math.prod(out)
+    if node.category == "conv" and node.weights and len(node.weights[0].shape) >= 3:
+        weight = node.weights[0].shape
+        groups = int(node.attrs.get("groups", 1) or 1)
+        return float(groups), numel / weight[0], weight[0] / groups, math.prod(weight[1:])
+    if node.category == "matmul" and len(out) >= 1 and numel:
+        n = out[-1]
+        k = float(node.flops // (2 * numel))  # a bias adds one FLOP per output, not a step of K
+        if node.weights or len(out) < 2:
+            return 1.0, numel / n, float(n), k
+        return math.prod(out[:-2]), float(out[-2]), float(n), k
+    if node.category == "attention" and len(node.inputs) >= 2 and len(node.inputs[0].shape) == 4:
+        q, k = node.inputs[0].shape, node.inputs[1].shape
+        return float(q[0] * q[2]), float(q[1]), float(k[1]), float(q[3])
+    return (0.0,) * 4
+
+
 @dataclass(frozen=True, eq=False)
 class NodeTable:
     """Columns over the operators, in graph order (views included). Byte counts of activations
@@ -177,6 +204,7 @@ class NodeTable:
     serial_blocks: np.ndarray  # the thread blocks of such a kernel
     kernels: np.ndarray
     sdpa_math: np.ndarray  # [n, 6]: see :func:`_sdpa_math`
+    gemm: np.ndarray  # [n, 4]: batches, M, N, K of the GEMM an operator runs (:func:`_gemm`), else zeros
     alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
     input_bytes: float  # the model's inputs (autocast keeps them float32)
@@ -254,6 +282,9 @@ class NodeTable:
         sdpa_math = np.zeros((n, 6))
         for i in np.flatnonzero(category == categories["attention"]).tolist():
             sdpa_math[i] = _sdpa_math(nodes[i])
+        gemm = np.zeros((n, 4))
+        for i in np.flatnonzero(np.isin(category, [categories[c] for c in ("conv", "matmul", "attention")])).tolist():
+            gemm[i] = _gemm(nodes[i])
         serial = np.zeros((n, 2))
         for i in np.flatnonzero(kind == kinds["image_resize2d"]).tolist():
             serial[i] = _serial_loop(nodes[i])
@@ -261,7 +292,7 @@ class NodeTable:
             batch=graph.batch, kind=kind, category=category, is_view=is_view, has_weights=has_weights,
             kernels=np.fromiter(map(_kernels, nodes), dtype=np.float64, count=n), nchw_transposed_numel=transposed,
             cuda_core_conv=cuda_core_conv,
-            sdpa_math=sdpa_math, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
+            sdpa_math=sdpa_math, gemm=gemm, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
             flops=flops, f32_numel=f32_in + f32_out,
             other_bytes=other_bytes[0] + other_bytes[1], weight_numel=tensors.per_node(tensors.count)[2],
             weight_bytes=nbytes[2], weight_tensor_bytes=tensors.bytes[tensors.role == 2].astype(np.float64),
