@@ -35,7 +35,7 @@ from dippm_nas.cost.kernel_efficiency import (
 from dippm_nas.cost.table import TENSOR_CORE_CHANNEL_MULTIPLE
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.training.paths import project
-from dippm_nas.training.records import GPU_NAMES, NEUSIGHT_GPUS
+from dippm_nas.training.records import GPU_NAMES, NEUSIGHT_GPUS, origin_of
 
 #: A sweep kind -> (group, the roofline category that prices its arithmetic).
 SWEEP_KINDS = {
@@ -84,7 +84,7 @@ def _sweep_gemm(kind: str, p: dict[str, int]) -> tuple[tuple[float, float, float
 def sweep_rows(path: Path) -> list[OperatorRow]:
     """The ``ok`` rows of one sweep file."""
     rows = []
-    origin = str(path.relative_to(project().root)) if path.is_relative_to(project().root) else str(path)
+    origin = origin_of(path, project().root)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             if row["status"] != "ok" or row["kind"] not in SWEEP_KINDS or row["gpu_name"] not in GPU_NAMES:
@@ -150,7 +150,7 @@ def neusight_rows(folder: Path) -> list[OperatorRow]:
     for path in sorted(folder.glob("*/*-inf-*.csv")):
         if path.parent.name not in NEUSIGHT_GPUS or "fusion" in path.name:
             continue
-        origin = str(path.relative_to(project().root)) if path.is_relative_to(project().root) else str(path)
+        origin = origin_of(path, project().root)
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
                 if row["op"] not in ("call_function", "call_method", "call_module") or not row["latency"]:

@@ -128,7 +128,7 @@ def timm_records(folder: Path | None = None) -> list[Record]:
     return records
 
 
-def _origin(path: Path, root: Path) -> str:
+def origin_of(path: Path, root: Path) -> str:
     """Where a record came from, relative to the project when it is inside it."""
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
@@ -160,7 +160,7 @@ def neusight_records(folder: Path | None = None) -> list[Record]:
                 image_size=int(m["seqlen"]), batch=int(m["batch"]), precision="fp32", layout="nchw", device=device,
                 torch="", cuda="", latency_ms=_float(str(label.get("e2e_latency", ""))), energy_j=None,
                 memory_mb=None, measured_by=NEUSIGHT_SOURCE, date="", protocol=NEUSIGHT_PROTOCOL,
-                origin=_origin(path, root)))
+                origin=origin_of(path, root)))
     return records
 
 
@@ -204,7 +204,7 @@ def harness_records(folder: Path | None = None, files: list[Path] | None = None)
                     device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"], cuda=row["cuda"],
                     latency_ms=_float(row["latency_ms_median"]), energy_j=_float(row["energy_j"]),
                     memory_mb=memory, measured_by=row["measured_by"], date=row["date"],
-                    protocol=row["protocol"], origin=_origin(path, root), memory_measure=measure,
+                    protocol=row["protocol"], origin=origin_of(path, root), memory_measure=measure,
                 ))
     return records
 
