@@ -192,12 +192,24 @@ def graph_operators(table: NodeTable, roofline: Roofline, device: Device, precis
                      peak=roofline.peak)
 
 
-def calibrated_seconds(table: NodeTable, roofline: Roofline, device: Device, precision: str,
-                       model: KernelEfficiency) -> np.ndarray:
-    """Each operator's time when its kernel runs as far from its bound as the model says: its core time
-    times the slowdown, plus what the roofline charges beyond the core (autocast's casts, cuDNN's
-    transposes, the launches of extra kernels); views stay free."""
+def split_roofline(table: NodeTable, roofline: Roofline, device: Device, precision: str
+                   ) -> tuple[Operators, np.ndarray, np.ndarray]:
+    """A graph's operators as the model reads them, each one's core time, and what the roofline charges
+    beyond the core (autocast's casts, cuDNN's transposes, the launches of extra kernels)."""
     operators = graph_operators(table, roofline, device, precision)
     core = core_seconds(operators, device)
-    extra = np.maximum(roofline.time_s - core, 0.0)
-    return np.where(table.is_view, 0.0, extra + core * np.exp(model.log_slowdown(operators, device)))
+    return operators, core, np.maximum(roofline.time_s - core, 0.0)
+
+
+def operator_seconds(core_s: np.ndarray, extra_s: np.ndarray, view: np.ndarray,
+                     log_slowdown: np.ndarray) -> np.ndarray:
+    """Each operator's time when its kernel runs as far from its bound as ``log_slowdown`` says: its core
+    time times the slowdown, plus what the roofline charges beyond the core; views stay free."""
+    return np.where(view, 0.0, extra_s + core_s * np.exp(log_slowdown))
+
+
+def calibrated_seconds(table: NodeTable, roofline: Roofline, device: Device, precision: str,
+                       model: KernelEfficiency) -> np.ndarray:
+    """Each operator's time on ``device`` as the model says its kernel runs (:func:`operator_seconds`)."""
+    operators, core, extra = split_roofline(table, roofline, device, precision)
+    return operator_seconds(core, extra, table.is_view, model.log_slowdown(operators, device))

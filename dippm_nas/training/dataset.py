@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.features import edge_index, node_feature_matrix
 from dippm_nas.cost.learned_inputs import record_inputs
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
-from dippm_nas.cost.table import node_table
+from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.training.featurize import store_key
@@ -83,6 +84,15 @@ def load_graphs(keys: set[str], store: Path | None = None) -> dict[str, ModelGra
     return graphs
 
 
+def configurations(records: Sequence[Record], graphs: dict[str, ModelGraph]) -> Iterator[tuple[NodeTable, list[int]]]:
+    """Each (graph, batch) of ``records`` once, in order of graph and batch: its node table at that batch
+    and the indices of the records measured on it. Records of other devices, precisions and runtimes
+    share a (graph, batch), so its table is built once. Every record's graph must be in ``graphs``."""
+    by_config = sorted(range(len(records)), key=lambda i: (records[i].graph_key, records[i].batch))
+    for (key, batch), group in itertools.groupby(by_config, key=lambda i: (records[i].graph_key, records[i].batch)):
+        yield node_table(scale_batch(graphs[key], batch)), list(group)
+
+
 def build_training_set(records: list[Record], store: Path | None = None) -> TrainingSet:
     """The tensors of every record whose graph the store (the project's, by default) has; a record whose
     graph it lacks is left out and its graph listed in ``missing``. Shows a progress bar on stderr."""
@@ -98,11 +108,8 @@ def build_training_set(records: list[Record], store: Path | None = None) -> Trai
     shares: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in kept]
     curves = np.zeros((len(kept), len(LATENCY_CURVE_LOG_RATIOS)))
     names: list[str] = []
-    # Records of other devices, precisions and runtimes share a (graph, batch): its table is built once.
-    by_config = sorted(range(len(kept)), key=lambda i: (kept[i].graph_key, kept[i].batch))
     with tqdm(total=len(kept), desc="analytical estimates", unit="record", file=sys.stderr) as bar:
-        for (key, batch), group in itertools.groupby(by_config, key=lambda i: (kept[i].graph_key, kept[i].batch)):
-            table = node_table(scale_batch(graphs[key], batch))
+        for table, group in configurations(kept, graphs):
             for i in group:
                 inputs = record_inputs(table, asdict(kept[i]), analytical)
                 names = names or list(inputs.features)

@@ -17,7 +17,6 @@ GPUs, never on a held-out GPU.
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 from collections.abc import Sequence
@@ -36,12 +35,12 @@ from dippm_nas.cost.kernel_efficiency import (
     KernelEfficiency,
     core_seconds,
     features,
-    graph_operators,
+    operator_seconds,
+    split_roofline,
 )
-from dippm_nas.cost.table import node_table
-from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import get_device
+from dippm_nas.training.dataset import configurations
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.operators import OperatorRow, design, operators_of
 from dippm_nas.training.records import Record
@@ -79,7 +78,7 @@ class Networks:
         import torch
 
         ops = self.operator_index(records)
-        seconds = np.where(self.view[ops], 0.0, self.extra_s[ops] + self.core_s[ops] * np.exp(log_slowdown))
+        seconds = operator_seconds(self.core_s[ops], self.extra_s[ops], self.view[ops], log_slowdown)
         segment = torch.from_numpy(np.repeat(np.arange(len(records)), np.diff(self.start)[records]))
         return _queued(torch.from_numpy(seconds), torch.from_numpy(self.host_s[ops]), segment,
                        len(records)).numpy() * 1e3
@@ -103,23 +102,23 @@ def _queued(seconds, host_s, segment, count: int):
 def network_operators(records: Sequence[Record], graphs: dict[str, ModelGraph]) -> Networks:
     """The operators of every record with a latency whose graph is in ``graphs``, priced on its GPU at
     its precision. Shows a progress bar on stderr."""
-    kept = sorted((r for r in records if r.latency_ms and r.graph_key in graphs), key=lambda r: (r.graph_key, r.batch))
+    kept = [r for r in records if r.latency_ms and r.graph_key in graphs]
     analytical = AnalyticalCostModel()
     parts: list[tuple[np.ndarray, ...]] = []
-    roofline_ms = []
+    roofline_ms, order = [], []
     with tqdm(total=len(kept), desc="network operators", unit="record", file=sys.stderr) as bar:
-        for (key, batch), group in itertools.groupby(kept, key=lambda r: (r.graph_key, r.batch)):
-            table = node_table(scale_batch(graphs[key], batch))
-            for r in group:
+        for table, group in configurations(kept, graphs):
+            for i in group:
+                r = kept[i]
                 device = get_device(r.device)
                 roofline = analytical.roofline(table, device, r.precision, r.layout, torch_release(r.torch))
-                operators = graph_operators(table, roofline, device, r.precision)
-                core = core_seconds(operators, device)
-                parts.append((features(operators, device).astype(np.float32), core,
-                              np.maximum(roofline.time_s - core, 0.0), roofline.host_s, table.is_view,
-                              operators.group, operators.unit))
+                operators, core, extra = split_roofline(table, roofline, device, r.precision)
+                parts.append((features(operators, device).astype(np.float32), core, extra, roofline.host_s,
+                              table.is_view, operators.group, operators.unit))
                 roofline_ms.append(roofline.latency_s * 1e3)
+                order.append(i)
                 bar.update()
+    kept = [kept[i] for i in order]
     columns = [np.concatenate(c) for c in zip(*parts)]
     start = np.concatenate([[0], np.cumsum([len(p[1]) for p in parts])])
     return Networks(*columns, start=start, measured_ms=np.array([r.latency_ms for r in kept]),
