@@ -114,7 +114,7 @@ def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_
     if cost_model != "auto":
         return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
     try:
-        reason = not_covered(gpu, precision)  # from the card alone: an uncovered request never loads torch
+        reason = not_covered(precision)  # from the card alone: an uncovered request never loads torch
         if reason:
             raise NotCovered(reason)
         return get_cost_model("pmgns").estimate(graph, gpu, precision, layout, **execution), ()

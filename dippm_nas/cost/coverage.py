@@ -14,8 +14,6 @@ import json
 from functools import cache
 from pathlib import Path
 
-from dippm_nas.hardware.registry import Device
-
 #: Where the shipped weights (``pmgns.safetensors``) and their card (``pmgns.json``) live.
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
@@ -64,12 +62,12 @@ def read_as(precision: str, trained: tuple[str, ...]) -> str | None:
     return stand_in if stand_in in trained else None
 
 
-def not_covered(device: Device, precision: str, path: Path = WEIGHTS / "pmgns") -> str | None:
-    """Why the learned model at ``path`` does not answer for ``device`` at ``precision``, or None where
-    it does: wherever there are weights and ``precision`` or its stand-in was measured, on any GPU.
+def not_covered(precision: str, path: Path = WEIGHTS / "pmgns") -> str | None:
+    """Why the learned model at ``path`` does not answer at ``precision``, or None where it does: wherever
+    there are weights and ``precision`` or its stand-in was measured. It answers on every GPU then, since
+    it reads the GPU's spec sheet.
 
-    >>> from dippm_nas.hardware import get_device
-    >>> not_covered(get_device("a100-40gb"), "fp32") is None
+    >>> not_covered("fp32") is None
     True
     """
     trained = _trained_on(path)

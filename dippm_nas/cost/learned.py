@@ -276,7 +276,7 @@ class PMGNSCostModel:
 
     def covers(self, device: Device, precision: str) -> str | None:
         """None when covered, else why not (:func:`dippm_nas.cost.coverage.not_covered`, from the card alone)."""
-        return not_covered(device, precision, self.path)
+        return not_covered(precision, self.path)
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
