@@ -152,8 +152,8 @@ def repeat_lines(pairs: list[tuple[Measurement, Measurement]]) -> list[str]:
         lines.append(f"  {kind:15s} {first.device:9s} {first.model:34s} b{first.batch:<4d} {first.precision:5s} "
                      f"{first.latency_ms:8.2f} -> {second.latency_ms:8.2f} ms  {ratio:5.2f}   "
                      f"{first.file} -> {second.file}")
-    lines += ["", "  Per kind and batch range: pairs; |later / earlier - 1| mean (the MAPE one measurement gets as a "
-              "prediction of the other), largest; pairs that differ by more than "
+    lines += ["", "  Per kind and batch range: pairs; |later / earlier - 1| mean (about the MAPE one measurement gets "
+              "as a prediction of the other), largest; pairs that differ by more than "
               f"{CONTRADICTION - 1:.0%}", ""]
     for (kind, regime), ratios in sorted(groups.items()):
         gap = np.abs(np.array(ratios) - 1)
@@ -191,18 +191,16 @@ def inversion_lines(measurements: list[Measurement], found: list[tuple[Measureme
     return lines
 
 
-def held_out_lines(contradicted: list[Measurement], predictions: Path) -> list[str]:
+def held_out_lines(devices: set[str], contradicted: list[Measurement], predictions: Path) -> list[str]:
     """Part 3: per GPU and batch range, the leave-one-GPU-out MAPE on every record and on those no second
     measurement contradicts."""
     lines = ["", "## 3. Leave-one-GPU-out MAPE, every record and the records no second measurement contradicts", ""]
     if not predictions.exists():
         return lines + [f"  {predictions} is missing: run `dippm-nas evaluate --leave-one-gpu-out` first."]
-    by_device = defaultdict(list)
-    for m in contradicted:
-        by_device[m.device].append(m)
+    by_device = {device: [m for m in contradicted if m.device == device] for device in devices}
     with predictions.open(newline="") as fh:
         rows = [row for row in csv.DictReader(fh)
-                if row["device"] in by_device and row["split"] == f"without {row['device']}"]
+                if row["device"] in devices and row["split"] == f"without {row['device']}"]
     lines.append(f"  {'GPU':9s} {'batch':5s} {'records':>7s} {'contradicted':>12s}   analytical: every, the rest   "
                  "PMGNS: every, the rest")
     for device, suspects in sorted(by_device.items()):
@@ -238,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += repeat_lines(pairs)
     lines += inversion_lines(measurements, found)
     predictions = root / "docs" / "accuracy" / "transfer_predictions.csv"
-    lines += held_out_lines(sorted(contradicted, key=lambda m: m.date), predictions)
+    lines += held_out_lines({m.device for m in measurements}, sorted(contradicted, key=lambda m: m.date), predictions)
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
