@@ -4,12 +4,12 @@
 #
 #   bash data/measurements/lease.sh OUT_DIR [SECONDS] [cuda|cpu] [FROM]
 #
-# OUT_DIR receives at most seven files, none deeper than two folders (what the device tool brings
+# OUT_DIR receives at most eight files, none deeper than two folders (what the device tool brings
 # back): lease.log (everything printed), repeat-a.csv and repeat-b.csv (data/manifests/memcheck.csv
 # measured in two fresh processes, first and last), host/, sweeps/, kernels/ and the model rows,
 # each named after the GPU. This GPU's files in FROM (default data/measurements) are copied to
 # OUT_DIR first, so every step resumes where the last lease stopped and each file comes back whole:
-# copy it over the one in FROM. SECONDS (default 540) bounds the whole script; every step is also
+# copy it over the one in FROM. A copied file that no step changed is removed at the end. SECONDS (default 540) bounds the whole script; every step is also
 # stopped by `timeout` a minute past its budget, which loses at most the configuration in flight.
 # The test of this script sets LEASE_REPEAT_MANIFEST, LEASE_REPEAT_S and LEASE_CAMPAIGN_ARGS (more
 # arguments for every campaign step) to measure a tiny model instead.
@@ -57,12 +57,13 @@ campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 f
 }
 
 say "lease: $total s on $device, files to $out"
+copied=()
 slug=$("$python" -c "from dippm_nas.measure.campaign import gpu_slug; print(gpu_slug('$device'))")
 if [ "$(realpath "$from")" != "$(realpath "$out")" ]; then
     for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,sweeps,kernels}/"$slug".csv; do
         [ -f "$file" ] || continue
         mkdir -p "$out/$(dirname "${file#"$from"/}")"
-        cp "$file" "$out/${file#"$from"/}" && say "resuming from $file"
+        cp "$file" "$out/${file#"$from"/}" && say "resuming from $file" && copied+=("${file#"$from"/}")
     done
 fi
 gpu_state
@@ -73,4 +74,9 @@ campaign_step models 0.85
 campaign_step kernels 1
 repeat_pass b
 gpu_state
+for file in ${copied[@]+"${copied[@]}"}; do  # what comes back is only what this lease wrote
+    if cmp -s "$from/$file" "$out/$file"; then
+        rm "$out/$file" && say "unchanged, not brought back: $file"
+    fi
+done
 say "lease done in $SECONDS s"

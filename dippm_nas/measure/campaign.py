@@ -15,7 +15,8 @@ Files, for a GPU whose name slugs to ``nvidia-h100-80gb-hbm3``::
     out_dir/host/nvidia-h100-80gb-hbm3.csv       the host cost, one row per operator kind and precision
     out_dir/sweeps/nvidia-h100-80gb-hbm3.csv     the operator sweep
     out_dir/nvidia-h100-80gb-hbm3.csv            the model rows (a -2, -3... suffix where an older file
-                                                 of that name has other columns)
+                                                 of that name has other columns; a configuration
+                                                 an older file holds is not measured again)
     out_dir/kernels/nvidia-h100-80gb-hbm3.csv    the kernel profiles
 """
 
@@ -37,7 +38,7 @@ from dippm_nas.measure.environment import describe, utc_now
 from dippm_nas.measure.gpu_state import nvml
 from dippm_nas.measure.host import measure_host_cost
 from dippm_nas.measure.manifest import records_manifest
-from dippm_nas.measure.runner import COLUMNS, append_rows, run
+from dippm_nas.measure.runner import COLUMNS, append_rows, measured_keys, run
 from dippm_nas.measure.sweep import run_sweep
 
 #: The batch sizes and precisions of the campaign's model manifest, in the order they are measured:
@@ -150,14 +151,25 @@ def _header(path: Path) -> list[str]:
         return next(csv.reader(fh), [])
 
 
+def _model_files(out_dir: Path, slug: str) -> list[Path]:
+    """``<slug>.csv``, ``<slug>-2.csv``, ... in that order, as far as 99."""
+    return [out_dir / (f"{slug}.csv" if n == 1 else f"{slug}-{n}.csv") for n in range(1, 100)]
+
+
 def model_rows_file(out_dir: Path, slug: str, columns: list[str] = COLUMNS) -> Path:
     """``out_dir/<slug>.csv``, or the first ``<slug>-N.csv`` that is new or has these columns: rows of an
     older protocol stay in their own file, as written."""
-    for n in range(1, 100):
-        path = out_dir / (f"{slug}.csv" if n == 1 else f"{slug}-{n}.csv")
+    for path in _model_files(out_dir, slug):
         if not path.exists() or path.stat().st_size == 0 or _header(path) == columns:
             return path
     raise RuntimeError(f"{out_dir} holds 99 model files for {slug} of other protocols; give another --out-dir")
+
+
+def held_by_older_files(out_dir: Path, slug: str, rows_file: Path) -> set[str]:
+    """The configurations that this GPU's model files of other protocols hold: measured by an earlier
+    lease, so a new protocol's file does not measure them again."""
+    return {key for path in _model_files(out_dir, slug) if path != rows_file and path.exists()
+            for key in measured_keys(path)}
 
 
 def campaign_manifest(records_csv: str | Path, seed: int = 0, per_family: int = 2) -> list[MeasureConfig]:
@@ -253,7 +265,12 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
             measured = run_sweep(out_dir / "sweeps" / f"{slug}.csv", device_kind, budget, seed, measured_by, progress)
         elif step.name == "models":
             configs = list(manifest) if manifest is not None else campaign_manifest(records_csv, seed)
-            measured = run(configs, model_rows_file(out_dir, slug), device_kind, budget, measured_by, progress)
+            rows_file = model_rows_file(out_dir, slug)
+            held = held_by_older_files(out_dir, slug, rows_file)
+            if held:
+                progress(f"not measured again: {len(held)} configurations in this GPU's files of older protocols")
+            configs = [c for c in configs if c.key not in held]
+            measured = run(configs, rows_file, device_kind, budget, measured_by, progress)
         else:
             if kernels_manifest is None:
                 continue

@@ -14,8 +14,9 @@ from dippm_nas.measure.gpu_state import nvml
 #: How a latency row is measured, written in every row. v2 against v1: precisions run under their
 #: mode's flags, the GPU brought to a settled clock first, a wide window timed again, the clocks and
 #: temperature recorded, the memory NVML counts for the process, a CUDA-graph latency, the host's cost.
+#: v3 frees the captures' cuBLAS workspaces; v4 records the host's time to issue each forward pass.
 PROTOCOL = (
-    "dippm-nas-v3: random weights, eval, inference_mode; each configuration under its precision's mode "
+    "dippm-nas-v4: random weights, eval, inference_mode; each configuration under its precision's mode "
     "(precision.running_in: fp32 = PyTorch's defaults, cuDNN TF32 on and matmul TF32 off; fp32-strict TF32 off; "
     "tf32 TF32 on; fp16/bf16 torch.autocast), the flags it ran under recorded per row; before the first "
     f"configuration the GPU runs fp16 matmuls until {gpu_state.SETTLE_SAMPLES} SM clock readings in a row are "
@@ -24,7 +25,10 @@ PROTOCOL = (
     f"< {timing.STABLE_TOLERANCE:.0%} (or until it has run {timing.MAX_WARMUP_S:g} s); timed >= {timing.MIN_TIMED} "
     f"iterations and >= {timing.MIN_TIMED_S:g} s (>= {timing.MIN_TIMED_SLOW} iterations once the window has run "
     f"{timing.MAX_TIMED_S:g} s; CUDA events per iteration, median), warm-up and window again while (p90 - p10) / "
-    f"median > {timing.SPREAD_LIMIT:g}, at most {timing.MAX_ATTEMPTS} windows, the tightest kept (attempts); SM "
+    f"median > {timing.SPREAD_LIMIT:g}, at most {timing.MAX_ATTEMPTS} windows, the tightest kept (attempts); "
+    "host_issue_ms = median over the kept window's iterations of the wall clock until the forward pass returns "
+    "(the host's time to issue it; it includes waiting for the GPU where the launch queue fills or the forward "
+    "synchronises); SM "
     "and memory clocks, temperature and power limit by NVML as the kept window closes; energy = NVML energy "
     "counter over the kept window / iterations; before each configuration the cuBLAS workspaces of earlier "
     "streams are freed (the CUDA-graph captures' side streams each keep one); memory_process = NVML's "

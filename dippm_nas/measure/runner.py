@@ -8,9 +8,9 @@ batch size, not a crash.
 The protocol (``environment.PROTOCOL``) is the run's: NVML's used memory read before CUDA starts (the
 baseline of the process's memory where the driver gives no per-process figure), the GPU kept busy
 until its clock settles, the host's cost per eager operator measured once; then per configuration,
-under its precision's flags and autocast, a timed window (again while its spread is wide), the
-clocks and temperature it ran at, the memory NVML counts for the process at its peak, and the
-forward pass replayed as a CUDA graph.
+under its precision's flags and autocast, a timed window (again while its spread is wide) with the
+host's time to issue each forward pass, the clocks and temperature it ran at, the memory NVML counts
+for the process at its peak, and the forward pass replayed as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -51,7 +52,7 @@ MIB = 2**20
 COLUMNS = [
     "key", "model", "source", "family", "input_shape", "batch", "precision", "layout", "status", "error",
     "latency_ms_median", "latency_ms_mean", "latency_ms_p10", "latency_ms_p90", "iterations", "window_s",
-    "warmup_iterations", "attempts", "latency_ms_cuda_graphs", "cuda_graphs_error",
+    "warmup_iterations", "attempts", "host_issue_ms", "latency_ms_cuda_graphs", "cuda_graphs_error",
     "energy_j", "energy_method", "power_w_mean",
     "memory_process_mib", "memory_process_method", "memory_context_mib", "memory_reserved_mib",
     "memory_allocated_mib", "memory_total_mib", "cpu_peak_rss_mib",
@@ -170,22 +171,52 @@ class Window:
     timing: Timing
     meter: EnergyMeter | None
     state: dict[str, float | None]
+    #: The median over the window's iterations of the host's time to issue one (:class:`IssueClock`).
+    host_issue_ms: float | None = None
+
+
+class IssueClock:
+    """``step`` that also keeps, per call, the host's time to issue it: the wall clock until the call
+    returns, while the GPU may still run what it was given. Eager latency at small batches is this
+    time; it moves with the host's speed, which no GPU counter shows. Where the launch queue fills or
+    the forward pass synchronises, the host's wait for the GPU is in it too."""
+
+    def __init__(self, step: Callable[[], object]):
+        self.step = step
+        self.ms: list[float] = []
+
+    def __call__(self) -> object:
+        """Runs ``step`` once and keeps how long the host took to return from it."""
+        began = time.perf_counter()
+        result = self.step()
+        self.ms.append((time.perf_counter() - began) * 1e3)
+        return result
 
 
 def timed_window(step: Callable[[], object], timer: Callable[[Callable[[], object]], float],
                  gpu: GpuProbe, energy: bool) -> Window:
-    """Warm-up and one timed window of ``step``, its energy metered where ``energy`` (CUDA) and the
-    GPU's state read as the window closes."""
+    """Warm-up and one timed window of ``step``, its energy metered where ``energy`` (CUDA), the GPU's
+    state read as the window closes and the host's time to issue each of the window's iterations."""
     meter = EnergyMeter(lib=gpu.lib) if energy else None
     state: dict[str, float | None] = {}
+    issued = IssueClock(step)
+    window_calls: list[int] = []
+
+    def start() -> None:
+        window_calls.append(len(issued.ms))
+        if meter is not None:
+            meter.start()
 
     def end() -> None:
+        window_calls.append(len(issued.ms))
         if meter is not None:
             meter.stop()
         state.update(gpu.state())
 
-    timing = time_steps(step, timer, on_start=meter.start if meter is not None else (lambda: None), on_end=end)
-    return Window(timing, meter, state)
+    timing = time_steps(issued, timer, on_start=start, on_end=end)
+    first, last = window_calls
+    host_ms = issued.ms[first:last]
+    return Window(timing, meter, state, statistics.median(host_ms) if host_ms else None)
 
 
 def time_cuda_graph(step: Callable[[], object], timer: Callable[[Callable[[], object]], float],
@@ -230,7 +261,7 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
     row = {**configuration_row(cfg), "memory_context_mib": context_mib, "status": "ok", **flags, **window.state,
            "latency_ms_median": timing.median_ms, "latency_ms_mean": timing.mean_ms, "latency_ms_p10": timing.p10_ms,
            "latency_ms_p90": timing.p90_ms, "iterations": timing.iterations, "window_s": timing.window_s,
-           "warmup_iterations": timing.warmup, "attempts": attempts,
+           "warmup_iterations": timing.warmup, "attempts": attempts, "host_issue_ms": window.host_issue_ms,
            "memory_process_mib": memory_process, "memory_process_method": memory_method}
     meter = window.meter
     if meter is not None and meter.joules is not None:

@@ -66,6 +66,16 @@ def test_model_rows_of_an_older_protocol_keep_their_file(tmp_path):
     assert model_rows_file(tmp_path, "cpu") == tmp_path / "cpu-2.csv"
 
 
+def test_a_configuration_an_older_protocols_file_holds_is_not_measured_again(tmp_path):
+    older, newer = (MeasureConfig("tiny_models:tiny", (3, 16, 16), batch=1, precision=p, source="callable")
+                    for p in ("fp32", "fp16"))
+    (tmp_path / "cpu.csv").write_text(f"key,model,latency_ms_median\n{older.key},tiny_models:tiny,1.0\n")
+    lines = []
+    run_campaign(tmp_path, 30.0, "cpu", manifest=[older, newer], steps=["models"], progress=lines.append)
+    assert [r["key"] for r in _rows(tmp_path / "cpu-2.csv")] == [newer.key]
+    assert any(line == "not measured again: 1 configurations in this GPU's files of older protocols" for line in lines)
+
+
 def test_a_campaign_on_the_cpu_keeps_its_budget_and_a_second_one_continues(tmp_path):
     manifest = [MeasureConfig("tiny_models:tiny", (3, 16, 16), batch=b, precision=p, source="callable")
                 for b in (1,) for p in ("fp32", "fp16")]
@@ -123,7 +133,8 @@ def test_a_step_run_alone_takes_the_whole_budget_and_the_cli_names_the_same_step
 
 def test_the_lease_script_spends_one_call_and_resumes_from_the_files_it_is_given(tmp_path):
     """data/measurements/lease.sh on the CPU with a tiny model: every step in its own process, both
-    repeatability passes, at most seven files no deeper than two folders, and this GPU's files copied first."""
+    repeatability passes, at most eight files no deeper than two folders, this GPU's files copied first and
+    only what the lease changed brought back."""
     import os
     import subprocess
 
@@ -136,6 +147,8 @@ def test_the_lease_script_spends_one_call_and_resumes_from_the_files_it_is_given
     given = tmp_path / "from" / "host" / "cpu.csv"
     given.parent.mkdir(parents=True)
     given.write_text(",".join(HOST_COLUMNS) + "\nadd|fp32,add,fp32,1.0\n")
+    older = tmp_path / "from" / "cpu.csv"  # model rows of an older protocol, holding the first configuration
+    older.write_text("key,model,latency_ms_median\ncallable:tiny_models:tiny|3x16x16|b1|fp32|nchw,x,1.0\n")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "LEASE_REPEAT_MANIFEST": str(manifest),
            "LEASE_REPEAT_S": "30", "LEASE_CAMPAIGN_ARGS": f"--manifest {manifest} --kernels-manifest {manifest}"}
@@ -146,9 +159,11 @@ def test_the_lease_script_spends_one_call_and_resumes_from_the_files_it_is_given
     for step in ("pass a", "step host", "step sweep", "step models", "step kernels", "pass b"):
         assert f"{step} exit status 0" in log, log[-2000:]
     assert f"resuming from {given}" in log and "host cost already in" in log
-    assert (out / "host" / "cpu.csv").read_text() == given.read_text()  # resumed, not measured again
+    for unchanged in ("host/cpu.csv", "cpu.csv"):  # resumed from, not measured again, so not brought back
+        assert f"unchanged, not brought back: {unchanged}" in log and not (out / unchanged).exists()
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
-    assert len(files) <= 7 and all(len(f.parts) <= 3 for f in files)
+    assert len(files) <= 8 and all(len(f.parts) <= 3 for f in files)
     keys = [sorted(r["key"] for r in _rows(out / f"repeat-{p}.csv")) for p in "ab"]
     assert keys[0] == keys[1] and len(keys[0]) == 2
-    assert _rows(out / "cpu.csv") and _rows(out / "sweeps" / "cpu.csv") and _rows(out / "kernels" / "cpu.csv")
+    assert [r["key"] for r in _rows(out / "cpu-2.csv")] == ["callable:tiny_models:tiny|3x16x16|b2|fp16|nchw"]
+    assert _rows(out / "sweeps" / "cpu.csv") and _rows(out / "kernels" / "cpu.csv")

@@ -43,7 +43,7 @@ def test_cpu_run_writes_rows_with_provenance(tmp_path):
         assert r["torch"] and r["timm"] and r["protocol"] and r["date"] and r["device_kind"] == "cpu"
         assert float(r["latency_ms_p10"]) <= float(r["latency_ms_median"]) <= float(r["latency_ms_p90"])
         # the v2 protocol: windows taken, the host's cost, the flags fp32 ran under; no GPU, no GPU columns
-        assert 1 <= int(r["attempts"]) <= 3 and r["protocol"].startswith("dippm-nas-v3:")
+        assert 1 <= int(r["attempts"]) <= 3 and r["protocol"].startswith("dippm-nas-v4:")
         assert float(r["host_us_per_op"]) > 0 and float(r["host_us_per_op_autocast"]) > 0 and r["host_profile"]
         assert (r["tf32_matmul"], r["tf32_cudnn"]) == ("False", "True")
         assert r["latency_ms_cuda_graphs"] == r["memory_process_mib"] == r["sm_clock_mhz"] == ""

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -131,7 +132,23 @@ def test_cpu_rows_leave_the_gpu_columns_empty(tmp_path, fast_protocol):
     for column in ("memory_process_mib", "memory_process_method", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
                    "power_limit_w", "latency_ms_cuda_graphs", "cuda_graphs_error", "energy_j"):
         assert row[column] == "", column
-    assert row["protocol"].startswith("dippm-nas-v3:") and list(row) == COLUMNS
+    assert row["protocol"].startswith("dippm-nas-v4:") and list(row) == COLUMNS
+    # the host issues each pass inside the timer's own call: its median is at most the latency's
+    assert 0 < float(row["host_issue_ms"]) <= float(row["latency_ms_median"])
+
+
+def test_the_host_issue_time_is_the_kept_windows_own():
+    warm_up_calls = timing.MIN_WARMUP + timing.STABLE_WINDOW  # a constant timer settles after one more window
+    calls = []
+
+    def step():  # instant through the warm-up, then 3 ms a call
+        calls.append(None)
+        if len(calls) > warm_up_calls:
+            time.sleep(0.003)
+
+    window = runner.timed_window(step, lambda s: (s(), 1.0)[1], GpuProbe(None), energy=False)
+    assert window.timing.warmup == warm_up_calls
+    assert 3.0 <= window.host_issue_ms < 30.0  # the warm-up's instant calls are not in the median
 
 
 # --- 2a. clocks settled before the first configuration -------------------------------------------------
