@@ -11,8 +11,8 @@ measurement of a configuration than that measurement is to another of the same c
    earlier, at batch <= 8 (where eager PyTorch waits on the host) and above.
 2. **Batch inversions.** In one file, a model and precision measured more than ``CONTRADICTION`` times
    slower at one batch than at the next larger one. The larger batch issues the same operators from
-   the host and runs them on more data; where the rows recorded the GPU's clock and the latency under
-   CUDA graphs (the GPU's own time), they show which side moved.
+   the host and runs them on more data; where the rows recorded the GPU's clock, the latency under
+   CUDA graphs (the GPU's own time) and the host's time to issue a pass, they show which side moved.
 3. **Held-out error without the contradicted records.** PMGNS's and the analytical model's
    leave-one-GPU-out MAPE (``docs/accuracy/transfer_predictions.csv``, written by ``dippm-nas evaluate
    --leave-one-gpu-out``) per GPU and batch range, on every record and on those that neither a repeat
@@ -63,6 +63,7 @@ class Measurement:
     file: str
     sm_clock_mhz: str
     cuda_graphs_ms: str
+    host_issue_ms: str
 
     @property
     def configuration(self) -> tuple:
@@ -103,7 +104,8 @@ def read_measurements(path: Path, root: Path) -> list[Measurement]:
                 device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"],
                 latency_ms=float(row["latency_ms_median"]), date=datetime.fromisoformat(row["date"]),
                 file=str(path.relative_to(root)),
-                sm_clock_mhz=row.get("sm_clock_mhz") or "", cuda_graphs_ms=row.get("latency_ms_cuda_graphs") or ""))
+                sm_clock_mhz=row.get("sm_clock_mhz") or "", cuda_graphs_ms=row.get("latency_ms_cuda_graphs") or "",
+                host_issue_ms=row.get("host_issue_ms") or ""))
     return rows
 
 
@@ -179,6 +181,9 @@ def inversion_lines(measurements: list[Measurement], found: list[tuple[Measureme
             detail = (f"  SM clock {float(small.sm_clock_mhz):.0f} / {float(large.sm_clock_mhz):.0f} MHz; "
                       f"under CUDA graphs {float(small.cuda_graphs_ms or 'nan'):.2f} / "
                       f"{float(large.cuda_graphs_ms or 'nan'):.2f} ms")
+        if small.host_issue_ms:
+            detail += (f"; the host's issue {float(small.host_issue_ms):.2f} / "
+                       f"{float(large.host_issue_ms or 'nan'):.2f} ms")
         lines.append(f"  {small.file:45s} {small.model:34s} {small.precision:5s} b{small.batch} "
                      f"{small.latency_ms:7.2f} ms > b{large.batch} {large.latency_ms:7.2f} ms  "
                      f"({small.latency_ms / large.latency_ms:4.2f}x){detail}")
