@@ -9,8 +9,9 @@
 # measured in two fresh processes, first and last), host/, sweeps/, kernels/ and the model rows,
 # each named after the GPU. This GPU's files in FROM (default data/measurements) are copied to
 # OUT_DIR first, so every step resumes where the last lease stopped and each file comes back whole:
-# copy it over the one in FROM. A copied file that no step changed is removed at the end. SECONDS (default 540) bounds the whole script; every step is also
-# stopped by `timeout` a minute past its budget, which loses at most the configuration in flight.
+# copy it over the one in FROM. A copied file that no step changed is removed at the end. SECONDS
+# (default 540) bounds the whole script; every step is also stopped by `timeout` a minute past its
+# budget, which loses at most the configuration in flight.
 # The test of this script sets LEASE_REPEAT_MANIFEST, LEASE_REPEAT_S and LEASE_CAMPAIGN_ARGS (more
 # arguments for every campaign step) to measure a tiny model instead.
 set -u -o pipefail
