@@ -37,7 +37,7 @@ import numpy as np
 
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.paths import project
-from dippm_nas.training.records import GPU_NAMES
+from dippm_nas.training.records import Record, harness_rows
 
 #: A second measurement contradicts a first when they differ by more than this factor.
 CONTRADICTION = 1.10
@@ -49,18 +49,11 @@ ANOTHER_LEASE_S = 3600.0
 
 @dataclass(frozen=True)
 class Measurement:
-    """One harness row: the configuration it measured, when, where it is written, and what it read."""
+    """One harness row: its record (the configuration, the latency, the file it is written in) and what
+    the row read beside it that a record leaves out."""
 
-    model: str
-    image_size: int
-    batch: int
-    precision: str
-    layout: str
-    device: str
-    torch: str
-    latency_ms: float
+    record: Record
     date: datetime
-    file: str
     sm_clock_mhz: str
     cuda_graphs_ms: str
     host_issue_ms: str
@@ -68,18 +61,20 @@ class Measurement:
     @property
     def configuration(self) -> tuple:
         """What a prediction is asked for: two rows with the same configuration measured the same thing."""
-        return self.model, self.image_size, self.batch, self.precision, self.layout, self.device, self.torch
+        r = self.record
+        return r.model, r.image_size, r.batch, r.precision, r.layout, r.device, r.torch
 
     @property
     def series(self) -> tuple:
         """The configuration without its batch: one model's batches at one precision."""
-        return self.model, self.image_size, self.precision, self.layout, self.device, self.torch
+        r = self.record
+        return r.origin, r.model, r.image_size, r.precision, r.layout, r.device, r.torch
 
     def matches(self, row: dict[str, str]) -> bool:
         """Whether a row of ``transfer_predictions.csv`` is this measurement's record."""
         return ((row["model"], int(row["image_size"]), int(row["batch"]), row["precision"], row["layout"],
                  row["device"], row["torch"]) == self.configuration
-                and abs(float(row["measured_ms"]) / self.latency_ms - 1) < 1e-3)
+                and abs(float(row["measured_ms"]) / self.record.latency_ms - 1) < 1e-3)
 
 
 def harness_files(root: Path) -> list[Path]:
@@ -91,22 +86,17 @@ def harness_files(root: Path) -> list[Path]:
             *sorted((data / "h200").glob("h200*.csv"))]
 
 
-def read_measurements(path: Path, root: Path) -> list[Measurement]:
-    """The measured rows of one harness file."""
-    rows = []
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row.get("status") != "ok" or row.get("device_kind") != "cuda" or not row.get("latency_ms_median"):
-                continue
-            rows.append(Measurement(
-                model=row["model"], image_size=int(row["input_shape"].split("x")[-1]), batch=int(row["batch"]),
-                precision=row["precision"], layout=row["layout"],
-                device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"],
-                latency_ms=float(row["latency_ms_median"]), date=datetime.fromisoformat(row["date"]),
-                file=str(path.relative_to(root)),
-                sm_clock_mhz=row.get("sm_clock_mhz") or "", cuda_graphs_ms=row.get("latency_ms_cuda_graphs") or "",
-                host_issue_ms=row.get("host_issue_ms") or ""))
-    return rows
+def read_measurements(files: list[Path]) -> list[Measurement]:
+    """The measured rows of the harness's ``files``, read as the data set reads them."""
+    return [Measurement(record, datetime.fromisoformat(record.date), sm_clock_mhz=row.get("sm_clock_mhz") or "",
+                        cuda_graphs_ms=row.get("latency_ms_cuda_graphs") or "",
+                        host_issue_ms=row.get("host_issue_ms") or "")
+            for row, record in harness_rows(files) if record.latency_ms is not None]
+
+
+def regime(batch: int) -> str:
+    """The batch range a figure is given for: where eager PyTorch mostly waits on the host, or above."""
+    return f"batch <= {HOST_BOUND_BATCH}" if batch <= HOST_BOUND_BATCH else f"batch > {HOST_BOUND_BATCH}"
 
 
 def repeats(measurements: list[Measurement]) -> list[tuple[Measurement, Measurement]]:
@@ -123,18 +113,20 @@ def inversions(measurements: list[Measurement]) -> list[tuple[Measurement, Measu
     more than CONTRADICTION times slower."""
     by_series = defaultdict(list)
     for m in measurements:
-        by_series[(m.file, m.series)].append(m)
+        by_series[m.series].append(m)
     found = []
     for series in by_series.values():
-        ordered = sorted(series, key=lambda m: m.batch)
+        ordered = sorted(series, key=lambda m: m.record.batch)
         found += [(small, large) for small, large in zip(ordered, ordered[1:])
-                  if small.batch < large.batch and small.latency_ms > CONTRADICTION * large.latency_ms]
+                  if small.record.batch < large.record.batch
+                  and small.record.latency_ms > CONTRADICTION * large.record.latency_ms]
     return found
 
 
 def differ(first: Measurement, second: Measurement) -> bool:
     """Whether two measurements of one configuration contradict each other."""
-    return max(first.latency_ms, second.latency_ms) > CONTRADICTION * min(first.latency_ms, second.latency_ms)
+    times = first.record.latency_ms, second.record.latency_ms
+    return max(times) > CONTRADICTION * min(times)
 
 
 def pair_kind(first: Measurement, second: Measurement) -> str:
@@ -146,20 +138,20 @@ def repeat_lines(pairs: list[tuple[Measurement, Measurement]]) -> list[str]:
     """Part 1: each repeat and, per kind and batch range, how far the later is from the earlier."""
     lines = ["## 1. Configurations measured more than once (later latency / earlier)", ""]
     groups = defaultdict(list)
-    for first, second in sorted(pairs, key=lambda p: (pair_kind(*p), p[0].device, p[0].batch, p[0].model)):
-        ratio = second.latency_ms / first.latency_ms
+    for first, second in sorted(pairs, key=lambda p: (pair_kind(*p), p[0].record.device, p[0].record.batch,
+                                                      p[0].record.model)):
+        a, b = first.record, second.record
+        ratio = b.latency_ms / a.latency_ms
         kind = pair_kind(first, second)
-        regime = f"batch <= {HOST_BOUND_BATCH}" if first.batch <= HOST_BOUND_BATCH else f"batch > {HOST_BOUND_BATCH}"
-        groups[(kind, regime)].append(ratio)
-        lines.append(f"  {kind:15s} {first.device:9s} {first.model:34s} b{first.batch:<4d} {first.precision:5s} "
-                     f"{first.latency_ms:8.2f} -> {second.latency_ms:8.2f} ms  {ratio:5.2f}   "
-                     f"{first.file} -> {second.file}")
+        groups[(kind, regime(a.batch))].append(ratio)
+        lines.append(f"  {kind:15s} {a.device:9s} {a.model:34s} b{a.batch:<4d} {a.precision:5s} "
+                     f"{a.latency_ms:8.2f} -> {b.latency_ms:8.2f} ms  {ratio:5.2f}   {a.origin} -> {b.origin}")
     lines += ["", "  Per kind and batch range: pairs; |later / earlier - 1| mean (about the MAPE one measurement gets "
               "as a prediction of the other), largest; pairs that differ by more than "
               f"{CONTRADICTION - 1:.0%}", ""]
-    for (kind, regime), ratios in sorted(groups.items()):
+    for (kind, batches), ratios in sorted(groups.items()):
         gap = np.abs(np.array(ratios) - 1)
-        lines.append(f"  {kind:15s} {regime:11s} {len(ratios):3d} pairs: mean {gap.mean():5.1%}, "
+        lines.append(f"  {kind:15s} {batches:11s} {len(ratios):3d} pairs: mean {gap.mean():5.1%}, "
                      f"largest {gap.max():5.1%}, over {CONTRADICTION - 1:.0%}: {int((gap > CONTRADICTION - 1).sum())}")
     return lines
 
@@ -171,11 +163,11 @@ def inversion_lines(measurements: list[Measurement], found: list[tuple[Measureme
              "(same file, model and precision)", ""]
     adjacent = defaultdict(set)
     for m in measurements:
-        adjacent[(m.file, m.series)].add(m.batch)
+        adjacent[m.series].add(m.record.batch)
     per_file = defaultdict(int)
-    for (file, _), batches in adjacent.items():
+    for (file, *_), batches in adjacent.items():
         per_file[file] += max(len(batches) - 1, 0)
-    for small, large in sorted(found, key=lambda p: (p[0].file, p[0].model)):
+    for small, large in sorted(found, key=lambda p: (p[0].record.origin, p[0].record.model)):
         detail = ""
         if small.sm_clock_mhz:
             detail = (f"  SM clock {float(small.sm_clock_mhz):.0f} / {float(large.sm_clock_mhz):.0f} MHz; "
@@ -184,13 +176,13 @@ def inversion_lines(measurements: list[Measurement], found: list[tuple[Measureme
         if small.host_issue_ms:
             detail += (f"; the host's issue {float(small.host_issue_ms):.2f} / "
                        f"{float(large.host_issue_ms or 'nan'):.2f} ms")
-        lines.append(f"  {small.file:45s} {small.model:34s} {small.precision:5s} b{small.batch} "
-                     f"{small.latency_ms:7.2f} ms > b{large.batch} {large.latency_ms:7.2f} ms  "
-                     f"({small.latency_ms / large.latency_ms:4.2f}x){detail}")
+        a, b = small.record, large.record
+        lines.append(f"  {a.origin:45s} {a.model:34s} {a.precision:5s} b{a.batch} {a.latency_ms:7.2f} ms > "
+                     f"b{b.batch} {b.latency_ms:7.2f} ms  ({a.latency_ms / b.latency_ms:4.2f}x){detail}")
     lines += ["", "  Per file: adjacent batch pairs, inverted"]
     counts = defaultdict(int)
     for small, _ in found:
-        counts[small.file] += 1
+        counts[small.record.origin] += 1
     lines += [f"  {file:45s} {pairs:4d} pairs, {counts[file]:3d} inverted"
               for file, pairs in sorted(per_file.items()) if pairs]
     return lines
@@ -202,16 +194,15 @@ def held_out_lines(devices: set[str], contradicted: list[Measurement], predictio
     lines = ["", "## 3. Leave-one-GPU-out MAPE, every record and the records no second measurement contradicts", ""]
     if not predictions.exists():
         return lines + [f"  {predictions} is missing: run `dippm-nas evaluate --leave-one-gpu-out` first."]
-    by_device = {device: [m for m in contradicted if m.device == device] for device in devices}
+    by_device = {device: [m for m in contradicted if m.record.device == device] for device in devices}
     with predictions.open(newline="") as fh:
         rows = [row for row in csv.DictReader(fh)
                 if row["device"] in devices and row["split"] == f"without {row['device']}"]
-    lines.append(f"  {'GPU':9s} {'batch':5s} {'records':>7s} {'contradicted':>12s}   analytical: every, the rest   "
+    lines.append(f"  {'GPU':9s} {'batches':11s} {'records':>7s} {'contradicted':>12s}   analytical: every, the rest   "
                  "PMGNS: every, the rest")
     for device, suspects in sorted(by_device.items()):
-        for host_bound in (True, False):
-            own = [row for row in rows
-                   if row["device"] == device and (int(row["batch"]) <= HOST_BOUND_BATCH) == host_bound]
+        for batches in (regime(1), regime(HOST_BOUND_BATCH + 1)):
+            own = [row for row in rows if row["device"] == device and regime(int(row["batch"])) == batches]
             if not own:
                 continue
             kept = np.array([not any(m.matches(row) for m in suspects) for row in own])
@@ -220,8 +211,7 @@ def held_out_lines(devices: set[str], contradicted: list[Measurement], predictio
             for column in ("analytical_ms", "pmgns_ms"):
                 predicted = np.array([float(row[column]) for row in own])
                 figures += [mape(predicted, measured), mape(predicted[kept], measured[kept])]
-            batches = f"<= {HOST_BOUND_BATCH}" if host_bound else f"> {HOST_BOUND_BATCH}"
-            lines.append(f"  {device:9s} {batches:5s} {len(own):7d} {int((~kept).sum()):12d}   {figures[0]:16.1%}, "
+            lines.append(f"  {device:9s} {batches:11s} {len(own):7d} {int((~kept).sum()):12d}   {figures[0]:16.1%}, "
                          f"{figures[1]:6.1%}   {figures[2]:11.1%}, {figures[3]:6.1%}")
     return lines
 
@@ -231,17 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/ground_truth_noise.txt")
     args = parser.parse_args(argv)
     root = project().root
-    measurements = [m for path in harness_files(root) for m in read_measurements(path, root)]
+    measurements = read_measurements(harness_files(root))
     pairs = repeats(measurements)
     found = inversions(measurements)
     contradicted = {m for pair in pairs if differ(*pair) for m in pair} | {small for small, _ in found}
     lines = ["$ python benchmarks/ground_truth_noise.py  (2-core build machine, no GPU)",
-             f"{len(measurements)} harness rows of {len({m.file for m in measurements})} files; a second measurement "
-             f"contradicts a first where they differ by more than {CONTRADICTION - 1:.0%}.", ""]
+             f"{len(measurements)} harness rows of {len({m.record.origin for m in measurements})} files; a second "
+             f"measurement contradicts a first where they differ by more than {CONTRADICTION - 1:.0%}.", ""]
     lines += repeat_lines(pairs)
     lines += inversion_lines(measurements, found)
     predictions = root / "docs" / "accuracy" / "transfer_predictions.csv"
-    lines += held_out_lines({m.device for m in measurements}, sorted(contradicted, key=lambda m: m.date), predictions)
+    lines += held_out_lines({m.record.device for m in measurements}, sorted(contradicted, key=lambda m: m.date),
+                            predictions)
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

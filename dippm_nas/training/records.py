@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -183,30 +184,35 @@ def _memory(row: dict[str, str]) -> tuple[float | None, str]:
     return total, MEMORY_CONTEXT_RESERVED if total is not None else ""
 
 
-def harness_records(folder: Path | None = None, files: list[Path] | None = None) -> list[Record]:
-    """The harness's rows in ``files`` (default: the CSVs of ``folder``, the project's
-    ``data/measurements``) that measured a GPU, at a precision the cost models take (fp32-strict and
-    tf32 rows stay in their files until they do)."""
+def harness_rows(files: list[Path]) -> Iterator[tuple[dict[str, str], Record]]:
+    """Each row of the harness's ``files`` that measured a GPU at a precision the cost models take
+    (fp32-strict and tf32 rows stay in their files until they do), beside its record: a reader that
+    needs a column the record leaves out (the clocks, the host's time) takes it from the row."""
     from dippm_nas.hardware.registry import PRECISIONS
 
-    records = []
     root = project().root
-    for path in files if files is not None else sorted((folder or project().measurements).glob("*.csv")):
+    for path in files:
         with path.open(newline="") as fh:
             for row in csv.DictReader(fh):
                 if row.get("status") != "ok" or row.get("device_kind") != "cuda" or row["precision"] not in PRECISIONS:
                     continue
                 shape = [int(d) for d in row["input_shape"].split("x")]
                 memory, measure = _memory(row)
-                records.append(Record(
+                yield row, Record(
                     model=row["model"], source=row["source"], family=row["family"], image_size=shape[-1],
                     batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],
                     device=GPU_NAMES.get(row["gpu_name"], row["gpu_name"]), torch=row["torch"], cuda=row["cuda"],
                     latency_ms=_float(row["latency_ms_median"]), energy_j=_float(row["energy_j"]),
                     memory_mb=memory, measured_by=row["measured_by"], date=row["date"],
                     protocol=row["protocol"], origin=origin_of(path, root), memory_measure=measure,
-                ))
-    return records
+                )
+
+
+def harness_records(folder: Path | None = None, files: list[Path] | None = None) -> list[Record]:
+    """The records of the harness's rows in ``files`` (default: the CSVs of ``folder``, the project's
+    ``data/measurements``), as :func:`harness_rows` keeps them."""
+    paths = files if files is not None else sorted((folder or project().measurements).glob("*.csv"))
+    return [record for _, record in harness_rows(paths)]
 
 
 @dataclass(frozen=True)
