@@ -107,6 +107,11 @@ _ELEMENTWISE = re.compile(r"<built-in (function|method) (add|mul|truediv|sub|pow
                           r"|<function (gelu|dropout)>|<built-in function gelu>|activation_fn$|\.act$")
 
 
+def _linear(m: int, n: int, k: int) -> tuple[str, str, float, float, tuple[float, ...]]:
+    """A fp32 linear layer's (group, category, FLOPs, bytes, GEMM): inputs, weight, output and bias."""
+    return "matmul", "matmul", 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n + n), (1, m, n, k)
+
+
 def _trace_row(row: dict[str, str]) -> tuple[str, str, float, float, tuple[float, ...]] | None:
     """(group, category, FLOPs, bytes, GEMM) of one traced fp32 operator; None for a view, a scalar,
     a shape query or an operator the rules do not read."""
@@ -122,12 +127,10 @@ def _trace_row(row: dict[str, str]) -> tuple[str, str, float, float, tuple[float
     if numel <= 1:
         return None
     if row["op"] == "call_module" and _LINEAR_MODULE.search(target) and len(inputs) == 1:
-        k, n = inputs[0][-1], out[-1]
-        m = numel // n
-        return "matmul", "matmul", 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n + n), (1, m, n, k)
+        return _linear(numel // out[-1], out[-1], inputs[0][-1])
     if "addmm" in target and len(inputs) == 3:
         (m, k), n = inputs[1], inputs[2][1]
-        return "matmul", "matmul", 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n + n), (1, m, n, k)
+        return _linear(m, n, k)
     if re.search(r"method (matmul|bmm)\b", target) and len(inputs) == 2 and len(inputs[0]) >= 2:
         a, b = inputs
         m, k, n = a[-2], a[-1], b[-1]
