@@ -23,7 +23,7 @@ import timm
 from tqdm import tqdm
 
 from dippm_nas import build_graph
-from dippm_nas.graph import ops
+from dippm_nas.graph import operators
 
 
 def sample_models(n: int, seed: int) -> list[str]:
@@ -74,7 +74,7 @@ def main() -> int:
           f"max {max(times.values(), default=0):.2f} s  (bar: p95 < 10 s)")
     slowest = sorted(times.items(), key=lambda kv: kv[1], reverse=True)[:5]
     print("slowest: " + ", ".join(f"{n} {t:.1f}s" for n, t in slowest))
-    print(f"vocabulary: {len(ops.vocabulary())} kinds; Relax operators outside it: {unregistered or 'none'}")
+    print(f"vocabulary: {len(operators.vocabulary())} kinds; Relax operators outside it: {unregistered or 'none'}")
     print(f"generic (ATen operators TVM could not convert): {generic or 'none'}")
     if failures:
         print("failures:")

@@ -6,8 +6,8 @@ fit prices it as a prediction does (:func:`~dippm_nas.cost.analytical.queued_lat
 issued one by one, each run on the GPU at the roofline's time once issued) and chooses the
 ``operator_us`` whose predictions have the least squared relative error. Views cost too little to
 tell apart from the operators in these records, so ``view_us`` stays the profile's. PyTorch's fp32
-defaults and fp16 autocast are fitted apart (autocast dispatches casts too), and each H100 lease apart
-(each lent machine is another host).
+defaults and fp16 autocast are fitted apart (autocast dispatches casts too), and each H100 session apart
+(each machine is another host).
 The harness's own host-cost rows (``data/measurements/host/``: a chain of tiny operators, no
 ``nn.Module`` in between) are printed beside the fit: what a model adds to the bare dispatch.
 
@@ -40,7 +40,7 @@ HOST_ROWS = Path("data/measurements/host")
 
 
 def host_bound_rows(records, graphs, analytical: AnalyticalCostModel) -> list[dict]:
-    """Per host-bound record: its lease (origin file), precision, operators, views and latency."""
+    """Per host-bound record: its session (origin file), precision, operators, views and latency."""
     rows = []
     for r in records:
         if r.graph_key not in graphs or r.latency_ms is None:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = defaultdict(list)
     for row in rows:
         groups[(row["precision"], row["origin"])].append(row)
-        groups[(row["precision"], "every lease")].append(row)
+        groups[(row["precision"], "every session")].append(row)
     for (precision, origin), group in sorted(groups.items()):
         operator_us, errors = fit_operator_us(group, profile.view_us)
         spread = np.abs(errors)

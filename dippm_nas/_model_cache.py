@@ -17,8 +17,9 @@ builds it again rather than reading a stale graph:
   object, its class, its ``repr``, its submodules' plain attributes, its parameters' and buffers'
   shapes and dtypes, and the source files of its classes;
 - the inputs and the batch size;
-- dippm-nas's version, its graph format (:data:`dippm_nas.graph.serialize.FORMAT`) and a digest of the
-  code that reads models (``frontends/``, ``graph/``), and the versions of the frameworks involved
+- dippm-nas's version, its graph format and operator vocabulary
+  (:func:`dippm_nas.graph.serialize.graph_version`) and a digest of the code that reads models
+  (``frontends/``, ``graph/``), and the versions of the frameworks involved
   (torch, timm, TVM, ONNX, transformers, TensorFlow, Paddle and their converters).
 
 A ``module:factory`` whose factory changes in another file than the module it names, or a model
@@ -47,7 +48,7 @@ from typing import Any
 
 from dippm_nas.cache import GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.graph.serialize import FORMAT
+from dippm_nas.graph.serialize import graph_version
 from dippm_nas.inputs import InputLike, normalize_inputs
 
 CACHE_DIR_ENV = "DIPPM_NAS_CACHE_DIR"
@@ -226,7 +227,7 @@ def model_key(model: Any, inputs: InputLike, batch: int) -> str | None:
     from dippm_nas import __version__
 
     spec = normalize_inputs(inputs)
-    payload = [FORMAT, __version__, _code_digest(), _versions(), described,
+    payload = [graph_version(), __version__, _code_digest(), _versions(), described,
                None if spec is None else [str(s) for s in spec], batch]
     digest = hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:40]
     return f"{KIND}:{digest}:b{batch}"

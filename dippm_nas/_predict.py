@@ -18,6 +18,34 @@ from dippm_nas.inputs import InputLike, check_batch
 DEFAULT_DEVICE = "a100-40gb"
 
 
+@dataclass(frozen=True)
+class Request:
+    """What a prediction is asked for besides the model, checked once where it enters the library."""
+
+    gpu: Device
+    precision: str
+    layout: str
+    mig_margin: float
+    mode: str
+    host: str | HostProfile | None
+
+    @classmethod
+    def checked(cls, device: str | Device, precision: str, layout: str, mig_margin: float, mode: str,
+                host: str | HostProfile | None) -> Request:
+        """The request, or the DippmError of its first bad argument (each says what to do)."""
+        gpu = get_device(device)
+        check_precision(precision)
+        check_layout(layout)
+        check_mig_margin(mig_margin)
+        check_mode(mode)
+        get_host_profile(host)
+        return cls(gpu, precision, layout, mig_margin, mode, host)
+
+    def on(self, gpu: Device) -> Request:
+        """The same request on another device (a MIG slice of this one)."""
+        return replace(self, gpu=gpu)
+
+
 def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> ModelGraph:
     """Import ``model`` (see :func:`dippm_nas.frontends.load_model`) and turn it into a ModelGraph, every
     time: :func:`dippm_nas.predict` reads a model's graph from the disk cache where it can
@@ -45,10 +73,14 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     that slice where the model fits it (else None) and ``mig_reason`` says so. ``latency_error`` is the
     answering cost model's error on comparable held-out records, also the last note.
     """
-    gpu = get_device(device)
-    check_precision(precision)
-    check_layout(layout)
-    check_mode(mode)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host)
+    return _predict_checked(graph, request, cost_model)
+
+
+def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Prediction:
+    """:func:`predict_graph` for a request already checked."""
+    gpu, precision, layout, mig_margin = request.gpu, request.precision, request.layout, request.mig_margin
+    mode, host = request.mode, request.host
     host_profile = get_host_profile(host)
     estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model, mode, host)
     need = required_memory(estimate.memory_mib, mig_margin)
@@ -73,7 +105,7 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
 
 def _slice_fit(memory_mib: float, gpu: Device, margin: float, fits_slice: bool) -> tuple[str | None, str]:
     """The MIG profile and reason of a prediction made on a slice: the slice itself where the model fits it."""
-    whole = get_device(gpu.key.split(":")[0])
+    whole = gpu.whole_gpu()
     need = required_memory(memory_mib, margin)
     smallest = select_mig_profile(memory_mib, whole, margin).profile
     verdict = "fits in" if fits_slice else "exceeds"
@@ -141,19 +173,14 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mib < 2000, p.fits
     ('pmgns', '1g.10gb', True, True)
     """
-    graph = checked_graph(model, input_shape, batch, device, precision, layout, mig_margin)
-    return predict_graph(graph, device, precision, cost_model, mig_margin, layout=layout, mode=mode, host=host)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host)
+    return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
 
 
-def checked_graph(model: Any, input_shape: InputLike, batch: int, device: str | Device, precision: str,
-                  layout: str, mig_margin: float = DEFAULT_MIG_MARGIN) -> ModelGraph:
-    """The model's graph at ``batch``, once the prediction's arguments are checked: bad ones fail
-    before the slow export. A graph built before is read from the user's disk cache
+def checked_graph(model: Any, input_shape: InputLike, batch: int) -> ModelGraph:
+    """The model's graph at ``batch``; call it once the prediction's other arguments are checked, so that
+    bad ones fail before the slow export. A graph built before is read from the user's disk cache
     (:mod:`dippm_nas._model_cache`: ``DIPPM_NAS_CACHE_DIR``, ``DIPPM_NAS_NO_CACHE=1``), without TVM."""
-    get_device(device)
-    check_precision(precision)
-    check_layout(layout)
-    check_mig_margin(mig_margin)
     return cached_graph(model, input_shape, check_batch(batch), build_graph)
 
 
@@ -206,20 +233,17 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     >>> rows[0].profile, rows[0].fits, rows[0].cost_model.split(" ")[0], len({r.cost_model for r in rows})
     ('1g.10gb', True, 'pmgns', 1)
     """
-    gpu = get_device(device)
-    if gpu.slice_of:
-        gpu = get_device(gpu.key.split(":")[0])
+    request = Request.checked(device, precision, layout, mig_margin, mode, host)
+    gpu = request.gpu.whole_gpu()
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
                          + ", ".join(d.key for d in _mig_devices()) + ".")
-    graph = model if isinstance(model, ModelGraph) else checked_graph(
-        model, input_shape, batch, gpu, precision, layout, mig_margin=mig_margin)
-    execution = {"layout": layout, "mode": mode, "host": host}
-    whole = predict_graph(graph, gpu, precision, cost_model, mig_margin, **execution)
+    graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
+    whole = _predict_checked(graph, request.on(gpu), cost_model)
     answered_by = whole.cost_model.split(" ")[0]  # the same model on every slice as on the whole GPU
     rows = []
     for profile in gpu.mig_profiles:
-        p = predict_graph(graph, gpu.as_slice(profile), precision, answered_by, mig_margin, **execution)
+        p = _predict_checked(graph, request.on(gpu.as_slice(profile)), answered_by)
         rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count, bool(p.fits), p.latency_ms,
                                   p.energy_j, p.memory_mib, p.energy_j_per_sample, p.cost_model))
     return rows

@@ -151,3 +151,21 @@ def test_no_import_cycle_inside_the_package():
         pytest.fail("only dippm_nas.training, dippm_nas.measure and dippm_nas.cli may import the clients "
                     "dippm_nas.training and dippm_nas.measure:\n" + "".join(f"  {line}\n" for line in into_clients),
                     pytrace=False)
+
+
+#: Operators the cost and graph stages must know of through the registry only.
+REGISTRY_ONLY = ("layer_norm", "softmax", "conv2d", "matmul")
+#: The registry: a family module per operator family, imported by the package.
+REGISTRY = PACKAGE / "graph" / "operators"
+
+
+def test_an_operator_is_named_in_its_registry_entry_and_one_other_module():
+    """In dippm_nas/cost and dippm_nas/graph each operator is named (in code, docs or comments) by its family's
+    module of the registry, and by at most one module outside the registry."""
+    modules = sorted(p for stage in ("cost", "graph") for p in (PACKAGE / stage).rglob("*.py"))
+    for name in REGISTRY_ONLY:
+        naming = [p for p in modules if name in p.read_text()]
+        entries = [p for p in naming if p.parent == REGISTRY and p.name != "__init__.py"]
+        outside = [p.relative_to(ROOT) for p in naming if p.parent != REGISTRY]
+        assert len(entries) == 1, f"{name} is named by {len(entries)} modules of the registry: {entries}"
+        assert len(outside) <= 1, f"{name} is named outside its registry entry by {outside}"

@@ -91,12 +91,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sw.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after this many points
     sw.set_defaults(func=cmd_sweep)
     ca = sub.add_parser(
-        "campaign", help="spend a lent GPU's time on every kind of ground truth, resumably",
-        description="One command for a lease: the host's per-operator cost, an operator sweep, the model manifest "
-                    "(fp32 and fp16 at batch 1, 8, 64, 256 first, then bf16 and fp32-strict; the data set's "
+        "campaign", help="spend a few minutes of a GPU on every kind of ground truth, resumably",
+        description="One command for a session on a GPU: the host's per-operator cost, an operator sweep, the model "
+                    "manifest (fp32 and fp16 at batch 1, 8, 64, 256 first, then bf16 and fp32-strict; the data set's "
                     "least-measured families first) and kernel profiles, each step given its share of the time "
                     "left when it starts, each appending to a file of its own under --out-dir and resuming where "
-                    "the last lease stopped. --plan prints the time split without measuring. Needs only torch, "
+                    "the last session stopped. --plan prints the time split without measuring. Needs only torch, "
                     "timm and nvidia-ml-py.")
     ca.add_argument("--out-dir", default="data/measurements", help="where the files go (default: data/measurements)")
     ca.add_argument("--budget-s", type=float, required=True, help="the whole campaign's time, e.g. 540 for a 10-minute "

@@ -64,7 +64,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     check_model_args(args)
     from dippm_nas._predict import checked_graph, predict_graph, slowest_operators
 
-    graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
+    graph = checked_graph(args.model, inputs_of(args), args.batch)
     p = predict_graph(graph, args.device, args.precision, cost_model=args.cost_model, mig_margin=args.mig_margin,
                       layout=args.layout, mode=args.mode, host=args.host)
     operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
@@ -124,7 +124,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
     check_has_mig(args.device)
     from dippm_nas._predict import checked_graph, mig_table, predict_graph
 
-    graph = checked_graph(args.model, inputs_of(args), args.batch, args.device, args.precision, args.layout)
+    graph = checked_graph(args.model, inputs_of(args), args.batch)
     execution = {"layout": args.layout, "mode": args.mode, "host": args.host}
     whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
     rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
@@ -188,9 +188,7 @@ def check_has_mig(device: str) -> None:
     (``a100-40gb:1g.5gb``) stands for its GPU."""
     from dippm_nas.hardware.registry import get_device, list_devices
 
-    gpu = get_device(device)
-    if gpu.slice_of:
-        gpu = get_device(gpu.key.split(":")[0])
+    gpu = get_device(device).whole_gpu()
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
                          + ", ".join(d.key for d in list_devices() if d.has_mig) + ".")

@@ -118,7 +118,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     evaluation = evaluate(ts, config, args.comparison_epochs, ship=_shipper(ts) if args.ship else None)
     report = write_report(evaluation, ts, project().docs)
     if args.ship:  # the shipped model's error figures, from the same run's test predictions
-        from dippm_nas.cost.error_table import write_error_table
+        from dippm_nas.training.error_table import write_error_table
 
         print(f"error table: {write_error_table(project().docs / 'accuracy' / 'predictions.csv')}")
     for name, r in evaluation.results["splits"].items():

@@ -11,7 +11,7 @@ For each operator :math:`i` with :math:`F_i` FLOPs and :math:`B_i` bytes moved:
     t_i = \max(F_i / P_{unit}, B_i / W, n_i t_{mem}) + k_i \cdot t_{launch}
 
 where :math:`P_{unit}` is the device's peak for the unit that runs it at the precision (tensor cores for
-matmuls and for convolutions whose channels per group suit them, the CUDA cores otherwise), :math:`W` the
+matrix products and for convolutions whose channels per group suit them, the CUDA cores otherwise), :math:`W` the
 memory bandwidth, :math:`k_i` the number of kernels it launches, and :math:`n_i` the iterations each
 thread of a kernel runs one after another where ATen's kernel loops in every thread (bilinear upsampling
 of NCHW planes), each waiting one memory round trip :math:`t_{mem}`. Views (reshape, permute,
@@ -21,11 +21,11 @@ thread, :math:`h` seconds each, and the GPU starts one only once it is issued, s
 :math:`\max_k (k h + \sum_{i \ge k} t_i)` (:func:`queued_latency`): the GPU's at large batches, the
 host's at small ones. Energy is :math:`P_{idle} T + (P_{TDP} - P_{idle}) \sum_i u_i t_i` with :math:`T`
 the latency and :math:`u_i` the fraction of :math:`t_i` the bounding unit is busy. Half precision means
-``torch.autocast``: each operator moves its activations in the precision autocast runs it in
-(convolutions and matmuls in half, layer norms and softmax in float32, everything else in the widest
-type of its inputs, so a transformer's residual stream stays float32) and pays the casts between
-them. A tensor-core convolution on NCHW activations at half precision also pays the transpose of its
-input that cuDNN runs before it.
+``torch.autocast``: each operator moves its activations in the precision autocast runs it in (its kind's
+policy in the operator registry: convolutions and matrix products in the lower precision, normalisations in
+float32, everything else in the widest type of its inputs, so a transformer's residual stream stays
+float32) and pays the casts between them. A tensor-core convolution on NCHW activations at half precision
+also pays the transpose of its input that cuDNN runs before it.
 Memory is the CUDA context and the peak of the segments PyTorch's caching allocator reserves when it
 serves the library workspace, the weights, the inputs and then the operators' outputs and transient
 buffers in execution order (:mod:`dippm_nas.cost.allocator`), each output freed when eager frees it:
@@ -47,10 +47,12 @@ from dippm_nas.cost.allocator import MIB, replay
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost
 from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.host import HostProfile, get_host_profile, host_seconds
-from dippm_nas.cost.table import NodeTable, node_table
-from dippm_nas.graph import ops
+from dippm_nas.cost.table import FULL_BYTES, NodeTable, node_table
+from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.operators.attention import math_fallback_cost
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
+from dippm_nas.precisions import TF32_FLAGS, precision_named
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
@@ -103,20 +105,6 @@ CUBLAS_WORKSPACE_MIB = 32.0
 #: the latency, by solving measured power = idle + (TDP - idle) x the roofline's busy share.
 IDLE_POWER_FRACTION = 0.18
 
-#: Eager's math fallback of scaled_dot_product_attention (``_scaled_dot_product_attention_math``;
-#: table.py says when it runs): it scales query and key, multiplies them (a batched GEMM), adds the
-#: mask in place, takes the softmax, multiplies by the values. From PyTorch 2.5 on, unless
-#: allow_fp16_bf16_reduction_math_sdp is set, it upcasts half inputs to float32 first (a float32 GEMM:
-#: no tensor cores, matmul TF32 being off by default), casts the output back, returns the attention
-#: weights cast back to half as well, and wraps the softmax in ``_safe_softmax`` (softmax, then eq, all
-#: and where over the scores). timm's RTX 4090 records of the models that take this path (NesT, SAM's
-#: ViT) show the step between PyTorch 2.4 and 2.9.
-SDPA_MATH_UPCAST_SINCE = (2, 5)
-SDPA_MATH_KERNELS = 5  # two scalings, two GEMMs, softmax
-SAFE_SOFTMAX_KERNELS = 3  # eq, all, where
-UPCAST_KERNELS = 5  # three upcasts, two casts back
-
-
 def version_numbers(version: str) -> tuple[int, ...]:
     """The numbers of a version string, without its local part.
 
@@ -132,50 +120,28 @@ def torch_release(version: str | None) -> tuple[int, int] | None:
     return (numbers + (0,))[:2] if numbers else None
 
 
-HALF_PRECISIONS = frozenset({"fp16", "bf16"})
-TENSOR_CORE_CATEGORIES = frozenset({"conv", "matmul", "attention"})
-_TENSOR_CORE = np.array([c in TENSOR_CORE_CATEGORIES for c in ops.CATEGORIES])
 #: What bounds an operator, as :class:`~dippm_nas.cost.base.NodeCost` names it.
 BOUNDS = ("compute", "memory", "overhead", "free")
 
 
-def sdpa_math(table: NodeTable, half: bool, release: tuple[int, int] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """Per operator, what eager's math attention adds to the fused operator the graph has: bytes
-    moved, kernels, the tensors it holds at its peak (one column each, in the order it allocates
-    them: its float32 copies of query, key and value when it upcasts, the scaled query, the raw
-    scores, their softmax, and ``_safe_softmax``'s bool mask and result) and whether it computes in
-    float32; zeros where a fused kernel runs it. ``release`` is PyTorch's (major, minor), None for
-    the current one. The allocator replays the tensors one by one: as one block, a 13-bytes-per-score
-    lump fits none of the segments the scores of the previous attention left behind."""
-    scores, q, k, v, out, mask = table.sdpa_math.T
-    on = scores > 0
-    since = release is None or release >= SDPA_MATH_UPCAST_SINCE
-    upcast = half and since
-    e = 4 if upcast or not half else 2  # bytes per element it computes in
-    # Per score: the GEMM writes it, softmax reads and writes it, the second GEMM reads it; the mask's
-    # add reads both and writes; _safe_softmax's eq reads and writes a bool, all reads that, where
-    # reads and writes; the weights' cast back reads 4 and writes 2.
-    per_score = 4 * e + 3 * e * mask + (3 * e + 2 if since else 0) + (6 if upcast else 0)
-    moved = scores * per_score + (q + k) * 2 * e  # and the scalings of query and key
-    kernels = np.where(on, SDPA_MATH_KERNELS - 1 + mask + (SAFE_SOFTMAX_KERNELS if since else 0)
-                       + (UPCAST_KERNELS if upcast else 0), 0.0)
-    copies = (q * 4, k * 4, v * 4) if upcast else ()
-    safe = (scores * 1, scores * e) if since else ()
-    held = np.stack([*copies, q * e, scores * e, scores * e, *safe], axis=1)
-    if upcast:
-        moved = moved + (q + k + v) * (2 + 4) + out * (4 + 4 + 2)  # upcasts; float32 output, cast back
-    return moved, kernels, held, e == 4
+def _element_bytes(precision: str) -> int | None:
+    """Bytes of an element autocast runs at, None without autocast: which allocations the table replays."""
+    numbers = precision_named(precision)
+    return numbers.element_bytes if numbers.autocast else None
+
+
+def _library_kinds(table: NodeTable) -> np.ndarray:
+    """Per operator, whether a library (cuDNN, cuBLAS) runs its arithmetic, which may put it on tensor cores."""
+    return operators.kind_table().has_library[table.kind]
 
 
 def _peak_live(table: NodeTable, precision: str, casts: np.ndarray, workspace: np.ndarray) -> float:
     """Peak bytes of the live outputs plus each operator's transient bytes while it runs."""
-    half = int(precision in HALF_PRECISIONS)
     inputs = table.input_bytes
     if not len(table):
         return inputs
     owns = table.free_step >= 0
-    sizes = np.where(owns, table.alloc_bytes[:, half], 0.0)
+    sizes = np.where(owns, table.allocations(_element_bytes(precision)), 0.0)
     freed = np.bincount(table.free_step[owns], weights=sizes[owns], minlength=len(table) + 1)[:len(table)]
     live = inputs + np.cumsum(sizes) - (np.cumsum(freed) - freed)  # after each operator allocates
     return max(inputs, float((live + casts.sum(axis=1) + workspace.sum(axis=1)).max()))
@@ -199,25 +165,21 @@ def queued_latency(time_s: np.ndarray, host_s: np.ndarray, gpu_scales: np.ndarra
     return (issued[None, :] + gpu_scales[:, None] * remaining[None, :]).max(axis=1)
 
 
-def peak_tflops(category: str, device: Device, precision: str) -> float:
-    """The peak of the unit that runs an operator of ``category`` at ``precision``, as PyTorch runs it:
-    in ``fp32`` cuDNN convolutions on TF32 tensor cores where the GPU has them and matmuls in full FP32,
+def peak_tflops(library: str | None, device: Device, precision: str) -> float:
+    """The peak of the unit that runs an operator whose arithmetic runs in ``library`` (``cudnn``,
+    ``cublas``, None for neither) at ``precision``, as PyTorch runs it (:mod:`dippm_nas.precisions`): in
+    ``fp32`` cuDNN convolutions on TF32 tensor cores where the GPU has them and cuBLAS matrix products in full FP32,
     in ``fp32-strict`` everything in FP32, in ``tf32`` both on TF32 tensor cores.
 
     >>> from dippm_nas.hardware import get_device
     >>> a100 = get_device("a100-40gb")
-    >>> peak_tflops("conv", a100, "fp32"), peak_tflops("matmul", a100, "fp32"), peak_tflops("conv", a100, "fp32-strict")
-    (156.0, 19.5, 19.5)
+    >>> [peak_tflops(lib, a100, p) for lib, p in (("cudnn", "fp32"), ("cublas", "fp32"), ("cudnn", "fp32-strict"))]
+    [156.0, 19.5, 19.5]
     """
-    if category not in TENSOR_CORE_CATEGORIES or precision == "fp32-strict":
+    unit = precision_named(precision).tensor_core_format(library)
+    if unit is None:
         return device.fp32_tflops
-    if precision == "fp32":
-        # cuDNN convolutions may use TF32 by default (torch.backends.cudnn.allow_tf32), cuBLAS
-        # matmuls may not (torch.backends.cuda.matmul.allow_tf32 is False).
-        if category == "conv" and device.tf32_tflops:
-            return device.tf32_tflops
-        return device.fp32_tflops
-    if precision == "tf32":
+    if unit == "tf32":
         return device.tf32_tflops or device.fp32_tflops
     return device.tensor_tflops(precision)
 
@@ -225,10 +187,10 @@ def peak_tflops(category: str, device: Device, precision: str) -> float:
 def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: str) -> np.ndarray:
     """Per operator, the unit the roofline priced its arithmetic on, from the peak it used (``Roofline.peak``):
     tensor cores (TF32, FP16, BF16) where that peak is above the FP32 one, the CUDA cores otherwise
-    (in FP32 for a matmul, attention or convolution kept off the tensor cores); '' for a view."""
-    can_use_tensor_cores = _TENSOR_CORE[table.category]
+    (in FP32 for a matrix product, attention or convolution kept off the tensor cores); '' for a view."""
+    can_use_tensor_cores = _library_kinds(table)
     tensor = can_use_tensor_cores & (peak != device.fp32_tflops * 1e12)
-    label = precision.upper() if precision in HALF_PRECISIONS else "TF32"
+    label = precision.upper() if precision_named(precision).autocast else "TF32"
     units = np.where(tensor, f"tensor cores ({label})",
                      np.where(can_use_tensor_cores, "CUDA cores (FP32)", "CUDA cores"))
     return np.where(table.is_view, "", units).astype(object)  # Python strings, as a NodeCost holds them
@@ -237,7 +199,7 @@ def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: str)
 def operator_units(table: NodeTable, device: Device, precision: str,
                    release: tuple[int, int] | None = None) -> np.ndarray:
     """Per operator, the unit its arithmetic runs on at ``precision``, as the roofline prices it: tensor
-    cores (TF32, FP16, BF16) for matmuls, attention and convolutions whose channels suit them where the
+    cores (TF32, FP16, BF16) for matrix products, attention and convolutions whose channels suit them where the
     precision's flags allow it, the CUDA cores otherwise; '' for a view.
 
     >>> import dippm_nas
@@ -254,19 +216,24 @@ def operator_units(table: NodeTable, device: Device, precision: str,
 
 
 def precision_note(table: NodeTable, units: np.ndarray, device: Device, precision: str) -> tuple[str, ...]:
-    """At PyTorch's fp32 defaults on a GPU with TF32, which of the model's convolutions and matmuls run on
-    TF32 tensor cores and which in full FP32: the flags decide, not the model."""
+    """At PyTorch's fp32 defaults on a GPU with TF32, which of the model's convolutions and matrix products run on
+    TF32 tensor cores and which in full FP32: the flags decide, not the model. Each category a note tells
+    apart (its ``noun``) gets a part, by the TF32 flag of its library."""
     if precision != "fp32" or not device.tf32_tflops:
         return ()
-    conv, matmul = (table.category == ops.CATEGORIES.index(c) for c in ("conv", "matmul"))
     tf32 = units == "tensor cores (TF32)"
+    flags = precision_named(precision).tf32
     parts = []
-    if conv.any():
-        parts.append(f"{int((conv & tf32).sum())} of {int(conv.sum())} convolutions on TF32 tensor cores "
-                     "(cudnn.allow_tf32 is True by default)")
-    if matmul.any():
-        n = int(matmul.sum())
-        parts.append(f"{n} matmul{'s' if n > 1 else ''} in full FP32 (matmul.allow_tf32 is False by default)")
+    for category in operators.categories():
+        members = table.category == category.index
+        if not category.noun or not category.library or not members.any():
+            continue
+        n, flag = int(members.sum()), TF32_FLAGS[category.library]
+        if flags[category.library]:
+            parts.append(f"{int((members & tf32).sum())} of {n} {category.noun}s on TF32 tensor cores "
+                         f"({flag} is True by default)")
+        else:
+            parts.append(f"{n} {category.noun}{'s' if n > 1 else ''} in full FP32 ({flag} is False by default)")
     if not parts:
         return ()
     return (f"fp32 as PyTorch runs it: {'; '.join(parts)}; precision fp32-strict or tf32 prices other flags",)
@@ -320,18 +287,20 @@ class AnalyticalCostModel:
         """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one.
         ``mode`` and ``host``: how the operators are issued (:mod:`dippm_nas.cost.host`): eager from the
         ``host`` profile's CPU (the default's), or as one CUDA graph."""
-        half = precision in HALF_PRECISIONS
-        tensor_core = _TENSOR_CORE[table.category]
+        numbers = precision_named(precision)
+        half, h, f = numbers.autocast, numbers.element_bytes, FULL_BYTES
+        tensor_core = _library_kinds(table)
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
         if half:
             # Autocast runs each operator in its own precision and casts activations between them
-            # (the AUTOCAST_* sets in ops). It also casts each fp32 weight of a convolution, matmul or
-            # attention to half per forward, whether or not it then runs on tensor cores: one more
-            # kernel that reads 4 bytes and writes 2 per element, and the operator then reads the 2-byte copy.
+            # (each kind's autocast policy). It also casts each fp32 weight of an operator a library runs
+            # (convolution, matrix product, attention) to the lower precision per forward, whether or not it then
+            # runs on tensor cores: one more kernel that reads and writes each element, and the operator then
+            # reads the copy.
             cast = tensor_core & table.has_weights
-            moved = table.autocast_bytes + table.other_bytes + np.where(
-                cast, table.weight_numel * (4 + 2 + 2), table.weight_bytes)
-            kernels += table.autocast_casts + cast
+            moved = table.autocast.moved(h) + table.other_bytes + np.where(
+                cast, table.weight_numel * (f + h + h), table.weight_bytes)
+            kernels += table.autocast.casts + cast
             if layout == "nchw":
                 # cuDNN's tensor-core kernels read NHWC: given NCHW tensors (PyTorch's default) it
                 # transposes the input first (nchwToNhwcKernel in a profile, reading and writing it
@@ -339,20 +308,20 @@ class AnalyticalCostModel:
                 # channels_last tensors are NHWC already. No output transpose is charged: the input's
                 # alone matches what timm measured NCHW to cost over NHWC (resnet50, fp16, RTX 4090).
                 transposed = table.nchw_transposed_numel > 0
-                moved += table.nchw_transposed_numel * 2 * 2
+                moved += table.nchw_transposed_numel * h * 2
                 kernels += transposed
         else:
-            moved = table.f32_numel * 4 + table.other_bytes + table.weight_bytes
-        math_moved, math_kernels, _, float32_math = sdpa_math(table, half, release)
+            moved = (table.f32_read + table.f32_written) * f + table.other_bytes + table.weight_bytes
+        math_moved, math_kernels, _, float32_math = math_fallback_cost(table.math_fallback, half, h, release)
         moved = moved + math_moved
         kernels += math_kernels
-        peaks = np.array([peak_tflops(c, device, precision) for c in ops.CATEGORIES]) * 1e12
+        peaks = np.array([peak_tflops(lib, device, precision) for lib in operators.kind_table().library]) * 1e12
         # A convolution whose channels per group keep it off the tensor cores (depthwise, an RGB
         # stem) runs on the CUDA cores; at half precision cuDNN's kernels for it compute in float32
         # ("pseudo-half": half storage, float32 arithmetic). So does math attention's float32 GEMM.
-        on_math = table.sdpa_math[:, 0] > 0
+        on_math = table.math_fallback[:, 0] > 0
         peak = np.where(table.cuda_core_conv | (on_math & float32_math), device.fp32_tflops * 1e12,
-                        peaks[table.category])
+                        peaks[table.kind])
         compute_s = table.flops / peak
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
@@ -376,7 +345,7 @@ class AnalyticalCostModel:
         """Bytes each operator holds only while it runs: the cast copies it makes before it allocates
         its output, and the workspace it allocates after (one column per tensor).
 
-        Under autocast each convolution or matmul casts its float32 weight to half: in inference mode
+        Under autocast each convolution or matrix product casts its float32 weight to half: in inference mode
         autocast casts the weights again at every call (its cache keeps only casts of tensors that
         require grad outside inference mode; PyTorch 2.15 on the CPU casts a Linear's weight three
         times in three calls, once under no_grad). An operator autocast runs in the other precision
@@ -386,14 +355,15 @@ class AnalyticalCostModel:
         peak allocated bytes at batch 256 show; its time still counts the transposition, which fits the
         timm records better. An RGB stem holds an output-sized NHWC buffer instead
         (``NodeTable.nhwc_output_bytes``), as VGG11's measured peak shows. Eager's math attention holds
-        its float32 scores and copies (:func:`sdpa_math`)."""
-        half = precision in HALF_PRECISIONS
-        held = sdpa_math(table, half, release)[2]
-        if not half:
+        its float32 scores and copies (:func:`~dippm_nas.graph.operators.attention.math_fallback_cost`)."""
+        numbers = precision_named(precision)
+        held = math_fallback_cost(table.math_fallback, numbers.autocast, numbers.element_bytes, release)[2]
+        if not numbers.autocast:
             return np.zeros((len(table), 1)), held
-        weight = np.where(_TENSOR_CORE[table.category], table.weight_numel * 2.0, 0.0)
-        return (np.column_stack([weight, table.autocast_copy_bytes]),
-                np.column_stack([table.nhwc_copy_numel * 2.0, table.nhwc_output_bytes, held]))
+        h = numbers.element_bytes
+        weight = np.where(_library_kinds(table), table.weight_numel * float(h), 0.0)
+        return (np.column_stack([weight, table.autocast.copies(h)]),
+                np.column_stack([table.nhwc_copy_numel * float(h), table.nhwc_output_bytes(h), held]))
 
     def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""
@@ -403,11 +373,10 @@ class AnalyticalCostModel:
         """What the process holds: the context outside the caching allocator, and the allocator's
         peak reserved segments (:func:`~dippm_nas.cost.allocator.replay`) split into what is live at
         the activations' peak and the allocator's rounding and fragmentation on top."""
-        half = int(precision in HALF_PRECISIONS)
         workspace = CUBLAS_WORKSPACE_MIB * MIB
         transient = self.transient_bytes(table, precision, release)
         resident = [workspace, *table.weight_tensor_bytes.tolist(), table.input_bytes]
-        allocator = replay(resident, table.alloc_bytes[:, half], table.free_step, *transient)
+        allocator = replay(resident, table.allocations(_element_bytes(precision)), table.free_step, *transient)
         weights, activations = float(table.param_bytes), _peak_live(table, precision, *transient)
         slack = max(0.0, allocator.peak_reserved - weights - activations - workspace)
         return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB, slack / MIB,
@@ -431,7 +400,7 @@ class AnalyticalCostModel:
                               units.tolist()))
             notes = precision_note(table, units, device, precision)
         notes += host_bound_notes(roofline.host_wait_share(), int((~table.is_view).sum()), host,
-                                  precision in HALF_PRECISIONS)
+                                  precision_named(precision).autocast)
         return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=memory.total_mib,
                         cost_model=self.name, memory=memory, nodes=nodes, notes=notes)
 

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dippm_nas.cost.table import MAX_RANK, SHAPE_COLUMNS, NodeTable, node_table
-from dippm_nas.graph import ops
+from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.graph.tensor import MAC_CATEGORIES
+from dippm_nas.graph.operators.elementwise import RELU
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _log(value: float) -> float:
@@ -24,8 +27,8 @@ def _log(value: float) -> float:
 
 def node_feature_names() -> list[str]:
     """The names of :func:`node_feature_matrix`'s columns, in its order."""
-    kinds = [f"kind={k}" for k in ops.vocabulary()]
-    cats = [f"category={c}" for c in ops.CATEGORIES]
+    kinds = [f"kind={k}" for k in operators.vocabulary()]
+    cats = [f"category={c}" for c in operators.category_names()]
     counts = ["log_flops", "log_bytes_read", "log_bytes_written", "log_weight_bytes"]
     shape = [f"log_out_dim{i}" for i in range(MAX_RANK)]
     named = [("log_groups" if c == "groups" else c) for c in SHAPE_COLUMNS]
@@ -35,6 +38,8 @@ def node_feature_names() -> list[str]:
 def node_feature_matrix(table: NodeTable) -> torch.Tensor:
     """``[nodes, features]`` in the order of :func:`node_feature_names`: kind one-hot, category
     one-hot, then :func:`dense_node_features`."""
+    import torch
+
     n_onehot = one_hot_width()
     x = np.zeros((len(table), n_onehot + DENSE_NODE_FEATURES), dtype=np.float32)
     rows = np.arange(len(table))
@@ -50,12 +55,12 @@ DENSE_NODE_FEATURES = 4 + len(SHAPE_COLUMNS) + MAX_RANK + 1
 
 def one_hot_width() -> int:
     """The node features' leading one-hot columns: kinds, then categories."""
-    return len(ops.vocabulary()) + len(ops.CATEGORIES)
+    return len(operators.vocabulary()) + len(operators.categories())
 
 
 def one_hot_columns(table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
     """Each operator's two one-hot columns in the node features: its kind's and its category's."""
-    return table.kind, len(ops.vocabulary()) + table.category
+    return table.kind, len(operators.vocabulary()) + table.category
 
 
 def dense_node_features(table: NodeTable) -> np.ndarray:
@@ -67,11 +72,13 @@ def dense_node_features(table: NodeTable) -> np.ndarray:
     groups = SHAPE_COLUMNS.index("groups")
     shape_attrs[:, groups] = np.log1p(np.maximum(shape_attrs[:, groups], 0.0))
     return np.concatenate([np.log1p(np.maximum(counts, 0.0)), shape_attrs, np.log1p(np.maximum(table.out_dims1, 0.0)),
-                           table.autocast_f32[:, None]], axis=1, dtype=np.float32)
+                           table.autocast.stays_f32[:, None]], axis=1, dtype=np.float32)
 
 
 def edge_index(graph: ModelGraph) -> torch.Tensor:
     """Who feeds whom as torch-geometric's ``[2, edges]`` index: producers in row 0, consumers in row 1."""
+    import torch
+
     return torch.from_numpy(graph.edge_array.T.copy())
 
 
@@ -80,6 +87,8 @@ def adjacency(graph: ModelGraph) -> torch.Tensor:
     it in place of ``edge_index`` and aggregate with one sparse product instead of a scatter, which
     is what one prediction wants. It is built from the graph's producers by consumer, because
     torch-geometric's converter takes longer than a graph convolution."""
+    import torch
+
     n = len(graph.nodes)
     rows, producers = graph.producers_by_consumer
     with warnings.catch_warnings():  # "sparse CSR support is in beta", once per process
@@ -88,22 +97,12 @@ def adjacency(graph: ModelGraph) -> torch.Tensor:
                                        torch.ones(len(producers)), size=(n, n), check_invariants=False)
 
 
-def static_feature_names() -> list[str]:
-    """The names of :func:`static_features`' values, in its order: sizes and counts, then a count per operator kind."""
-    base = ["batch", "log_flops", "log_macs", "log_params", "log_param_bytes", "log_activation_bytes",
-            "n_nodes", "n_edges", "dippm_convs", "dippm_dense", "dippm_relus"]
-    return base + [f"count={k}" for k in ops.vocabulary()]
-
-
-_MAC_CATEGORIES = np.array([c in MAC_CATEGORIES for c in ops.CATEGORIES])
-
-
 def static_features(table: NodeTable) -> dict[str, float]:
     """Per-sample features of a graph; DIPPM's five (MACs, batch, #conv, #dense, #relu) are among them."""
-    vocab = ops.vocabulary()
+    vocab = operators.vocabulary()
     counts = np.bincount(table.kind, minlength=len(vocab))
-    category_counts = np.bincount(table.category, minlength=len(ops.CATEGORIES))
-    macs = float((table.flops1[_MAC_CATEGORIES[table.category]] // 2).sum())
+    category_counts = np.bincount(table.category, minlength=len(operators.categories()))
+    macs = float((table.flops1[operators.kind_table().counts_macs[table.kind]] // 2).sum())
     values = {
         "batch": float(table.batch),
         "log_flops": _log(float(table.flops1.sum())),
@@ -113,9 +112,9 @@ def static_features(table: NodeTable) -> dict[str, float]:
         "log_activation_bytes": _log(float(table.written1[~table.is_view].sum())),
         "n_nodes": float(len(table)),
         "n_edges": float(table.n_edges),
-        "dippm_convs": float(category_counts[ops.CATEGORIES.index("conv")]),
-        "dippm_dense": float(category_counts[ops.CATEGORIES.index("matmul")]),
-        "dippm_relus": float(counts[vocab.index("relu")]),
+        "dippm_convs": float(category_counts[operators.CONV.index]),
+        "dippm_dense": float(category_counts[operators.GEMM.index]),
+        "dippm_relus": float(counts[vocab.index(RELU)]),
     }
     values.update({f"count={kind}": float(c) for kind, c in zip(vocab, counts.tolist())})
     return values
@@ -123,6 +122,7 @@ def static_features(table: NodeTable) -> dict[str, float]:
 
 def to_pyg(graph: ModelGraph):
     """A ``torch_geometric.data.Data`` with ``x``, ``edge_index`` and ``static`` (1 x F)."""
+    import torch
     from torch_geometric.data import Data
 
     table = node_table(graph)

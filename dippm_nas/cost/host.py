@@ -48,10 +48,11 @@ class HostProfile:
         return np.where(is_view, self.view_us, self.issue_us(half)) * 1e-6
 
 
-#: Known hosts; ``h100-harness`` is the default: the CPUs of the lent H100 machines (x86_64, PyTorch 2.11)
-#: on the harness's records where the host binds. At fp32, 19.6 us: ``benchmarks/host_profile.py`` on the
-#: 16 host-bound fp32 records of ``data/measurements/nvidia-h100-80gb-hbm3.csv`` (median error 12 %).
-#: Under autocast, 34 us, from the first lease's fp16 records at batch 1: the value the shipped PMGNS
+#: Known hosts; ``h100-harness`` is the default: the CPUs of the H100 machines the harness measured on
+#: (x86_64, PyTorch 2.11), fitted on the harness's records where the host binds. At fp32, 19.6 us:
+#: ``benchmarks/host_profile.py`` on the 16 host-bound fp32 records of
+#: ``data/measurements/nvidia-h100-80gb-hbm3.csv`` (median error 12 %).
+#: Under autocast, 34 us, from the first session's fp16 records at batch 1: the value the shipped PMGNS
 #: network's inputs were computed with, so it stays while that network is shipped, although the script's
 #: least-squares fit gives 26-27 us on those records (``benchmarks/results/host_profile.txt``).
 HOST_PROFILES: dict[str, HostProfile] = {p.name: p for p in (

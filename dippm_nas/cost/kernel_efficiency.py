@@ -2,7 +2,7 @@
 
 The roofline assumes every kernel reaches the peak of its unit. Measured kernels do not: a GEMM whose
 tiles leave the last wave of SMs half empty, a convolution cuDNN runs as an implicit GEMM of awkward
-sizes, a softmax over rows too short to fill a warp. This model reads how far below its bound a kernel
+sizes, a normalisation over rows too short to fill a warp. This model reads how far below its bound a kernel
 runs from the operator's shape as the target GPU sees it (tiles, waves over its SMs, tile padding, its
 arithmetic intensity against the GPU's ridge point, its bytes against the L2), never from the GPU's
 name, as NeuSight (ASPLOS 2025) does, so that a GPU never measured would be a new spec sheet rather
@@ -27,15 +27,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dippm_nas.cost.analytical import HALF_PRECISIONS, KERNEL_OVERHEAD_US, Roofline
-from dippm_nas.cost.table import NodeTable
-from dippm_nas.graph import ops
+from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, Roofline
+from dippm_nas.cost.table import FULL_BYTES, NodeTable
+from dippm_nas.graph import operators
 from dippm_nas.hardware.registry import Device
+from dippm_nas.precisions import precision_named
 
-#: The kinds of kernel the model tells apart, each with its own efficiency curve.
-GROUPS = ("matmul", "conv", "conv_cuda_cores", "attention", "norm", "softmax", "reduce", "elementwise")
-#: The groups whose arithmetic may run on tensor cores.
-TENSOR_CORE_GROUPS = ("matmul", "conv", "attention")
+#: The categories with an efficiency curve of their own; the others share the elementwise one (pooling the
+#: reductions').
+_OWN_CURVE = (operators.GEMM, operators.CONV, operators.ATTENTION, operators.NORM, operators.SOFTMAX,
+              operators.REDUCE)
+#: The kinds of kernel the model tells apart, each with its own efficiency curve (a convolution off the
+#: tensor cores has its own).
+CUDA_CORE_CONV = f"{operators.CONV.name}_cuda_cores"
+GROUPS = (operators.GEMM.name, operators.CONV.name, CUDA_CORE_CONV, *(c.name for c in _OWN_CURVE[2:]),
+          operators.ELEMENTWISE.name)
+#: The groups whose arithmetic may run on tensor cores: those a library runs.
+TENSOR_CORE_GROUPS = tuple(c.name for c in _OWN_CURVE if c.library)
 #: The unit a kernel's arithmetic runs on.
 UNITS = ("cuda_cores", "tensor_tf32", "tensor_half")
 #: The output tile of a cuBLAS / cuDNN tensor-op GEMM kernel of the usual size, and its K step.
@@ -61,11 +69,9 @@ def bounded(raw: np.ndarray) -> np.ndarray:
     return MIN_LOG_SLOWDOWN + (MAX_LOG_SLOWDOWN - MIN_LOG_SLOWDOWN) / (1.0 + np.exp(-(raw + SIGMOID_SHIFT)))
 
 #: Where a graph category's operators go (a convolution off the tensor cores has its own group).
-CATEGORY_GROUPS = {"conv": "conv", "matmul": "matmul", "attention": "attention", "norm": "norm",
-                   "activation": "elementwise", "elementwise": "elementwise", "reduce": "reduce",
-                   "pool": "reduce", "softmax": "softmax", "movement": "elementwise", "view": "elementwise",
-                   "other": "elementwise"}
-_GROUP_OF_CATEGORY = np.array([GROUPS.index(CATEGORY_GROUPS[c]) for c in ops.CATEGORIES])
+CATEGORY_GROUPS = {c.name: c.name if c in _OWN_CURVE else operators.REDUCE.name if c is operators.POOL
+                   else operators.ELEMENTWISE.name for c in operators.categories()}
+_GROUP_OF_CATEGORY = np.array([GROUPS.index(CATEGORY_GROUPS[c]) for c in operators.category_names()])
 
 FEATURE_NAMES = (
     *(f"group={g}" for g in GROUPS), *(f"unit={u}" for u in UNITS), "bytes_per_element",
@@ -101,8 +107,8 @@ def unit_index(peak: np.ndarray, group: np.ndarray, device: Device, half: bool |
 
 
 def group_index(category: np.ndarray, cuda_core_conv: np.ndarray) -> np.ndarray:
-    """The group of each operator from its graph category (an index into ``ops.CATEGORIES``)."""
-    return np.where(cuda_core_conv, GROUPS.index("conv_cuda_cores"), _GROUP_OF_CATEGORY[category])
+    """The group of each operator from its graph category (an index into ``operators.categories()``)."""
+    return np.where(cuda_core_conv, GROUPS.index(CUDA_CORE_CONV), _GROUP_OF_CATEGORY[category])
 
 
 def core_seconds(operators: Operators, device: Device) -> np.ndarray:
@@ -181,12 +187,13 @@ class KernelEfficiency:
 def graph_operators(table: NodeTable, roofline: Roofline, device: Device, precision: str) -> Operators:
     """The operators of a graph's :class:`~dippm_nas.cost.table.NodeTable` as the model reads them, on the
     units its :class:`~dippm_nas.cost.analytical.Roofline` priced them on."""
-    half = precision in HALF_PRECISIONS
+    numbers = precision_named(precision)
+    half = numbers.autocast
     group = group_index(table.category, table.cuda_core_conv)
-    element_bytes = np.where(half & ~table.autocast_f32, 2.0, 4.0)
+    element_bytes = np.where(half & ~table.autocast.stays_f32, float(numbers.element_bytes), float(FULL_BYTES))
     # What the operator itself must move at its dtype, as a sweep row counts it: autocast's casts, cuDNN's
     # transposes and the other extra passes the roofline charges stay the roofline's.
-    moved = (table.f32_numel + table.weight_numel) * element_bytes + table.other_bytes
+    moved = (table.f32_read + table.f32_written + table.weight_numel) * element_bytes + table.other_bytes
     return Operators(group=group, unit=unit_index(roofline.peak, group, device, half),
                      element_bytes=element_bytes, flops=table.flops, moved=moved, gemm=table.gemm,
                      peak=roofline.peak)

@@ -30,11 +30,14 @@ The time-weighted read-out, next to the mean and max, was chosen on the family s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+
+from dippm_nas.cost.scaling import Scaling
 
 TARGETS = ("latency_ms", "energy_j", "memory_mb")
 #: The epsilon of every convolution block's layer norm (torch's default).
@@ -154,3 +157,131 @@ class PMGNS(nn.Module):
 def bounded(raw: torch.Tensor) -> torch.Tensor:
     """The head's output as a log-ratio within +-MAX_LOG_RATIO (smoothly: the identity near 0)."""
     return MAX_LOG_RATIO * torch.tanh(raw / MAX_LOG_RATIO)
+
+
+#: Where the fused layout's tensors sit in a weights file, beside the members' own.
+FUSED_PREFIX = "fused."
+
+
+@dataclass(frozen=True)
+class FusedSage:
+    """An ensemble of GraphSAGE :class:`PMGNS` networks rearranged for one prediction, its members side by
+    side, derived from the networks' modules (:meth:`of`); the output is theirs up to rounding. A weights
+    file keeps it beside the members (:meth:`state`), so a prediction needs no network object and
+    torch-geometric is never imported.
+
+    The first convolution is folded into the node features' standardisation: most node-feature
+    columns are one-hot (kind, category), and standardised and clipped such a column takes one of
+    two values, so its part of ``features @ W.T`` is a row of ``W`` looked up, not multiplied. Every
+    convolution projects by its two linear maps at once (by linearity the mean over producers commutes
+    with the projection, so one product and one sparse mean replace SAGEConv's two products), every
+    member's in one batched product and their means in one sparse product over the shared adjacency,
+    and the heads run as batched products too: without torch-geometric's message-passing dispatch,
+    which takes longer than the arithmetic, and with one operator per step for the whole ensemble."""
+
+    # [members * 2 * hidden]: the first projections of an operator with every one-hot column off
+    base: torch.Tensor
+    switch: torch.Tensor  # [one-hot columns, members * 2 * hidden]: what turning each one on adds
+    dense_weight: torch.Tensor  # [dense columns, members * 2 * hidden]
+    dense_scaling: Scaling  # the node scaling of the dense columns
+    later: tuple[torch.Tensor, ...]  # per convolution after the first: [members, hidden, 2 * hidden] (neighbour, own)
+    biases: tuple[torch.Tensor, ...]  # per convolution, the first included: [members, hidden]
+    norms: tuple[tuple[torch.Tensor, torch.Tensor, float], ...]  # per convolution: weight, bias [members, hidden], eps
+    # per linear layer of the heads: [members, in, out], [members, 1, out]
+    heads: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+    @classmethod
+    def of(cls, models: Sequence[PMGNS], node_scaling: Scaling, one_hot_width: int) -> FusedSage:
+        """The trained GraphSAGE ``models``, read from their modules, with the node features' ``node_scaling``
+        folded into their first convolution (its first ``one_hot_width`` columns are one-hot)."""
+        if any(model.conv_name != "sage" for model in models):
+            raise ValueError("only GraphSAGE networks fuse; the others predict as they are")
+
+        def both(conv: nn.Module) -> torch.Tensor:  # [in, 2 * hidden]: the neighbour map's columns, then the own map's
+            return torch.cat([conv.lin_l.weight, conv.lin_r.weight]).T
+
+        def linears(model: PMGNS) -> list[nn.Linear]:
+            return [layer for layer in model.head if isinstance(layer, nn.Linear)]
+
+        with torch.no_grad():
+            first = torch.cat([both(model.convs[0]) for model in models], dim=1)
+            k = one_hot_width
+            one_hot = node_scaling.columns(slice(None, k))
+            off, on = one_hot(torch.zeros(k)), one_hot(torch.ones(k))
+            layers = range(len(models[0].convs))
+            return cls(
+                base=off @ first[:k], switch=(on - off)[:, None] * first[:k], dense_weight=first[k:].contiguous(),
+                dense_scaling=node_scaling.columns(slice(k, None)),
+                later=tuple(torch.stack([both(model.convs[i]) for model in models]) for i in layers[1:]),
+                biases=tuple(torch.stack([model.convs[i].lin_l.bias for model in models]) for i in layers),
+                norms=tuple((torch.stack([model.norms[i].weight for model in models]),
+                             torch.stack([model.norms[i].bias for model in models]), models[0].norms[i].eps)
+                            for i in layers),
+                heads=tuple((torch.stack([linears(model)[j].weight.T for model in models]),
+                             torch.stack([linears(model)[j].bias[None] for model in models]))
+                            for j in range(len(linears(models[0])))))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Its tensors by name (under :data:`FUSED_PREFIX`), as a weights file keeps them beside the members'."""
+        tensors = {"base": self.base, "switch": self.switch, "dense_weight": self.dense_weight}
+        tensors |= {f"later.{i}": t for i, t in enumerate(self.later)}
+        tensors |= {f"biases.{i}": t for i, t in enumerate(self.biases)}
+        for i, (weight, bias, eps) in enumerate(self.norms):
+            tensors |= {f"norms.{i}.weight": weight, f"norms.{i}.bias": bias,
+                        f"norms.{i}.eps": torch.tensor(eps, dtype=torch.float64)}
+        for j, (weight, bias) in enumerate(self.heads):
+            tensors |= {f"heads.{j}.weight": weight, f"heads.{j}.bias": bias}
+        return {FUSED_PREFIX + name: t.contiguous() for name, t in tensors.items()}
+
+    @classmethod
+    def from_state(cls, tensors: dict[str, torch.Tensor], dense_scaling: Scaling) -> FusedSage:
+        """The fused ensemble from :meth:`state`'s tensors (the prefix removed) and the dense columns' scaling."""
+
+        def numbered(name: str) -> int:
+            return len({key.split(".")[1] for key in tensors if key.startswith(f"{name}.")})
+
+        return cls(
+            base=tensors["base"], switch=tensors["switch"], dense_weight=tensors["dense_weight"],
+            dense_scaling=dense_scaling, later=tuple(tensors[f"later.{i}"] for i in range(numbered("later"))),
+            biases=tuple(tensors[f"biases.{i}"] for i in range(numbered("biases"))),
+            norms=tuple((tensors[f"norms.{i}.weight"], tensors[f"norms.{i}.bias"], float(tensors[f"norms.{i}.eps"]))
+                        for i in range(numbered("norms"))),
+            heads=tuple((tensors[f"heads.{j}.weight"], tensors[f"heads.{j}.bias"]) for j in range(numbered("heads"))))
+
+    def __call__(self, one_hot: tuple[torch.Tensor, torch.Tensor], dense: torch.Tensor,
+                 adjacency: torch.Tensor) -> torch.Tensor:
+        """Every operator's output of the last convolution block, per member: ``[operators, members, hidden]``,
+        from each operator's two one-hot columns (kind, category), its dense node features (unscaled) and
+        the adjacency (:func:`~dippm_nas.cost.features.adjacency`)."""
+        members, hidden = self.biases[0].shape
+        dense = self.dense_scaling(dense)
+        kind, category = one_hot
+        projected = (self.base + self.switch.index_select(0, kind) + self.switch.index_select(0, category)
+                     + dense @ self.dense_weight)
+        h = self._block(projected.view(len(dense), members, 2 * hidden), adjacency, 0)
+        for i, weight in enumerate(self.later, start=1):
+            h = self._block(torch.bmm(h.transpose(0, 1), weight).transpose(0, 1), adjacency, i)
+        return h
+
+    def _block(self, projected: torch.Tensor, adjacency: torch.Tensor, i: int) -> torch.Tensor:
+        """Convolution block ``i`` from its inputs projected by both linear maps, ``[n, members, 2 * hidden]``."""
+        n, members, width = projected.shape
+        neighbours, own = projected.split(width // 2, dim=2)
+        # the mean over producers: the sparse product torch-geometric's spmm runs for a CSR matrix on the CPU
+        mean = torch.sparse.mm(adjacency, neighbours.reshape(n, -1), "mean").view(n, members, -1)
+        weight, bias, eps = self.norms[i]
+        normed = nn.functional.layer_norm(mean + self.biases[i] + own, (width // 2,), eps=eps)
+        return torch.relu(normed * weight + bias)
+
+    def correction(self, h: torch.Tensor, time_share: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
+        """Each member's log-ratios, ``[members, targets]``, from :meth:`__call__`'s output, the operators'
+        time shares ``[1, operators]`` and the scaled static features ``[1, features]``: the read-out of
+        :meth:`PMGNS.readout` (mean, max, time-weighted mean) and the heads."""
+        n, members, hidden = h.shape
+        weighted = (time_share @ h.reshape(n, -1)).view(members, hidden)
+        x = torch.cat([h.mean(0), h.amax(0), weighted, static.expand(members, -1)], dim=1)[:, None]
+        for j, (weight, bias) in enumerate(self.heads):
+            x = torch.baddbmm(bias, x, weight)
+            if j < len(self.heads) - 1:
+                x = torch.relu(x)
+        return bounded(x[:, 0])

@@ -21,9 +21,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from dippm_nas.graph import ops
+from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph, Node
-from dippm_nas.graph.tensor import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF
+from dippm_nas.graph.tensor import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF, dtype_bytes
+from dippm_nas.precisions import FULL_DTYPE, autocast_element_sizes
 
 MAX_RANK = 5
 SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
@@ -40,21 +41,20 @@ _SPATIAL = slice(SHAPE_COLUMNS.index("strides_0"), len(SHAPE_COLUMNS))
 #: The attributes behind the shape columns other than the kernel's size (which a convolution's weight has).
 _SHAPED_ATTRS = frozenset({*SPATIAL_ATTRS, "groups"})
 
-#: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
-#: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
-TENSOR_CORE_CHANNEL_MULTIPLE = 8
 #: PyTorch's caching allocator rounds every block up to 512 bytes.
 ALLOCATOR_BLOCK_BYTES = 512
+#: Bytes of an element outside autocast.
+FULL_BYTES = dtype_bytes(FULL_DTYPE)
 
 
 def _indices() -> tuple[dict[str, int], dict[str, int]]:
-    """One-hot positions of kinds and categories, for the vocabulary as it stands."""
-    return _indices_of(ops.vocabulary())
+    """One-hot positions of kinds and categories, for the registry as it stands."""
+    return _indices_of(operators.vocabulary(), operators.category_names())
 
 
 @cache
-def _indices_of(vocabulary: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
-    return {k: i for i, k in enumerate(vocabulary)}, {c: i for i, c in enumerate(ops.CATEGORIES)}
+def _indices_of(vocabulary: tuple[str, ...], categories: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
+    return {k: i for i, k in enumerate(vocabulary)}, {c: i for i, c in enumerate(categories)}
 
 
 def _pair(value: object) -> tuple[float, float]:
@@ -92,90 +92,21 @@ def _per_sample_tails(shapes: list[tuple[int, ...]], batch: int) -> tuple[np.nda
     return rank, tails
 
 
-#: ATen's bilinear and bicubic upsampling of an NCHW input (``upsample_bilinear2d_out_frame`` in
-#: UpSampleBilinear2d.cu, the bicubic kernel alike) runs one thread per output pixel, and each thread
-#: loops over every (sample, channel) plane in turn; a channels-last input gets one thread per output
-#: element instead, and nearest-neighbour upsampling spreads the planes over threads in either layout.
-SERIAL_RESIZE_METHODS = frozenset({"linear", "cubic"})
-#: Threads per block of those kernels (min(maxThreadsPerBlock, 1024)).
-SERIAL_LOOP_BLOCK_THREADS = 1024
-
-
-def _serial_loop(node: Node) -> tuple[int, int]:
-    """(iterations each thread runs one after another, thread blocks) of a kernel that loops over
-    the planes of its tensor in every thread; (0, 0) for every other operator."""
-    attrs = node.attrs
-    if (attrs.get("method") not in SERIAL_RESIZE_METHODS or attrs.get("eager_channels_last")
-            or attrs.get("layout", "NCHW") != "NCHW" or not node.inputs or len(node.outputs[0].shape) != 4):
-        return 0, 0
-    n, c = node.inputs[0].shape[:2]
-    h, w = node.outputs[0].shape[2:]
-    return n * c, -(-h * w // SERIAL_LOOP_BLOCK_THREADS)
-
-
 def _kernels(node: Node) -> int:
     """The kernels an operator launches: one unless its rule says (at this graph's batch: ATen's
     im2col launches one per sample)."""
-    spec = ops.lookup_aten(node.attrs["aten"]) if "aten" in node.attrs else None
-    return spec.kernels(list(node.inputs), list(node.outputs), node.attrs) if spec and spec.kernels else 1
+    spelling = operators.lookup_aten(node.attrs["aten"]) if "aten" in node.attrs else None
+    return spelling.kernels(list(node.inputs), list(node.outputs), node.attrs) if spelling and spelling.kernels else 1
 
 
-def _tensor_core_channels(conv: Node) -> bool:
-    """Whether cuDNN can run this convolution on tensor cores: its channels per group suit them."""
-    weight = conv.weights[0].shape
-    groups = int(conv.attrs.get("groups", 1) or 1)
-    return len(weight) >= 2 and not (weight[1] % TENSOR_CORE_CHANNEL_MULTIPLE
-                                     or (weight[0] // groups) % TENSOR_CORE_CHANNEL_MULTIPLE)
+def _hooked(kind: np.ndarray, hook: str) -> list[int]:
+    """The positions of the operators whose registry entry has this per-node hook."""
+    return np.flatnonzero(np.isin(kind, operators.kind_table().hooks[hook])).tolist()
 
 
-def _transposed_numel(conv: Node) -> int:
-    """The input elements cuDNN transposes to NHWC for a tensor-core convolution on NCHW
-    activations: those of a 2-D one (one off the tensor cores runs on the CUDA cores in either layout)."""
-    return conv.inputs[0].numel if len(conv.weights[0].shape) == 4 else 0
-
-
-def _sdpa_math(attention: Node) -> tuple[float, ...]:
-    """What eager's math fallback of ``scaled_dot_product_attention`` works on, for one that no fused
-    kernel takes: score elements, query, key, value and output elements, and 1 when a mask is added
-    (zeros for one a fused kernel runs). PyTorch's flash, memory-efficient and cuDNN kernels all
-    require 4-D query, key and value (``check_tensor_shapes`` in ATen's sdp_utils); a model that calls
-    it on 5-D blocks of heads (NesT, Twins, Hiera's mask unit attention) or 3-D heads folded into the
-    batch (SAM's ViT) gets ``_scaled_dot_product_attention_math``. Relax's own attention is 4-D."""
-    if attention.kind != "attention" or len(attention.inputs) < 3 or not attention.outputs:
-        return (0.0,) * 6
-    q, k, v = (t.shape for t in attention.inputs[:3])
-    if len(q) == 4 or len(q) < 2 or len(k) < 2:
-        return (0.0,) * 6
-    scores = math.prod(q[:-1]) * k[-2]
-    return (float(scores), float(math.prod(q)), float(math.prod(k)), float(math.prod(v)),
-            float(attention.outputs[0].numel), float(len(attention.inputs) > 3))
-
-
-def _gemm(node: Node) -> tuple[float, float, float, float]:
-    """(batches, M, N, K) of the GEMM a convolution, matmul or fused attention runs, as cuBLAS and
-    cuDNN tile it: a convolution is an implicit GEMM per group (M output pixels of the batch, N output
-    channels of the group, K = input channels of the group x kernel area); a linear layer folds every
-    leading dimension into M; a matmul of two activations is batched over its leading dimensions;
-    attention (query, key: batch x tokens x heads x head size) is scores = one GEMM per (sample, head).
-    Zeros for every other operator, and for shapes the rules do not read."""
-    if not node.outputs or not node.flops:
-        return (0.0,) * 4
-    out = node.outputs[0].shape
-    numel = math.prod(out)
-    if node.category == "conv" and node.weights and len(node.weights[0].shape) >= 3:
-        weight = node.weights[0].shape
-        groups = int(node.attrs.get("groups", 1) or 1)
-        return float(groups), numel / weight[0], weight[0] / groups, math.prod(weight[1:])
-    if node.category == "matmul" and len(out) >= 1 and numel:
-        n = out[-1]
-        k = float(node.flops // (2 * numel))  # a bias adds one FLOP per output, not a step of K
-        if node.weights or len(out) < 2:
-            return 1.0, numel / n, float(n), k
-        return math.prod(out[:-2]), float(out[-2]), float(n), k
-    if node.category == "attention" and len(node.inputs) >= 2 and len(node.inputs[0].shape) == 4:
-        q, k = node.inputs[0].shape, node.inputs[1].shape
-        return float(q[0] * q[2]), float(q[1]), float(k[1]), float(q[3])
-    return (0.0,) * 4
+def _hook(node: Node, hook: str):
+    """A node's registry entry's per-node hook."""
+    return getattr(operators.operator(node.kind), hook)
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,28 +115,27 @@ class NodeTable:
     are kept apart by dtype because autocast changes float32 activations and nothing else."""
 
     batch: int
-    kind: np.ndarray  # index into ops.vocabulary()
-    category: np.ndarray  # index into ops.CATEGORIES
+    kind: np.ndarray  # index into operators.vocabulary()
+    category: np.ndarray  # index into operators.categories()
     is_view: np.ndarray
     flops: np.ndarray  # at the graph's batch
-    f32_numel: np.ndarray  # float32 activations read and written
-    autocast_bytes: np.ndarray  # what those move under half-precision autocast, its casts included
-    autocast_casts: np.ndarray  # the cast kernels autocast adds
-    autocast_f32: np.ndarray  # the output stays float32 under autocast (the AUTOCAST_* sets in ops)
-    autocast_copy_bytes: np.ndarray  # the copies autocast's casts of its inputs make, held while it runs
+    f32_read: np.ndarray  # float32 activation elements read
+    f32_written: np.ndarray  # float32 activation elements written
+    autocast: _Autocast  # what those become under autocast (see :func:`_autocast`)
     other_bytes: np.ndarray  # activations of other dtypes read and written
     weight_numel: np.ndarray
     weight_bytes: np.ndarray
     weight_tensor_bytes: np.ndarray  # every weight tensor's bytes, in execution order (the allocator's requests)
     has_weights: np.ndarray
-    nchw_transposed_numel: np.ndarray  # input elements of a 2-D tensor-core convolution, else 0
-    cuda_core_conv: np.ndarray  # a convolution whose channels keep it off the tensor cores (depthwise, RGB stems)
-    serial_iterations: np.ndarray  # iterations each thread runs in turn (:func:`_serial_loop`), else 0
+    nchw_transposed_numel: np.ndarray  # input elements cuDNN transposes to NHWC first (the ``nchw_transpose`` hook)
+    cuda_core_conv: np.ndarray  # a node whose shapes keep it off the tensor cores (the ``cuda_cores`` hook)
+    serial_iterations: np.ndarray  # iterations each thread runs in turn (the ``serial_loop`` hook), else 0
     serial_blocks: np.ndarray  # the thread blocks of such a kernel
     kernels: np.ndarray
-    sdpa_math: np.ndarray  # [n, 6]: see :func:`_sdpa_math`
-    gemm: np.ndarray  # [n, 4]: batches, M, N, K of the GEMM an operator runs (:func:`_gemm`), else zeros
-    alloc_bytes: np.ndarray  # [n, 2]: allocator bytes of the outputs at float32 / under autocast
+    math_fallback: np.ndarray  # [n, 6]: the ``math_fallback`` hook's columns, else zeros
+    gemm: np.ndarray  # [n, 4]: batches, M, N, K of the GEMM an operator runs (the ``gemm`` hook), else zeros
+    #: allocator bytes of the outputs, by the element size of the precision (:meth:`allocations`)
+    alloc_bytes: dict[int | None, np.ndarray]
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
     input_bytes: float  # the model's inputs (autocast keeps them float32)
     # per sample (the batch-1 graph):
@@ -227,12 +157,17 @@ class NodeTable:
                      & (shape[:, _STRIDE_H] <= 1) & (shape[:, _STRIDE_W] <= 1))
         return np.where(pointwise, 0.0, self.nchw_transposed_numel)
 
-    @property
-    def nhwc_output_bytes(self) -> np.ndarray:
+    def allocations(self, element_bytes: int | None) -> np.ndarray:
+        """The allocator's bytes for each operator's outputs: without autocast (``None``), or under autocast
+        in a precision of ``element_bytes`` an element."""
+        return self.alloc_bytes[element_bytes]
+
+    def nhwc_output_bytes(self, element_bytes: int) -> np.ndarray:
         """Under autocast, the bytes of the NHWC output cuDNN writes and then transposes to NCHW for a
         convolution of one group whose channels keep it off its NCHW tensor-core kernels (an RGB
         stem), held while it runs; 0 for every other operator."""
-        return np.where(self.cuda_core_conv & (self.shape_attrs[:, _GROUPS] == 1), self.alloc_bytes[:, 1], 0.0)
+        return np.where(self.cuda_core_conv & (self.shape_attrs[:, _GROUPS] == 1), self.allocations(element_bytes),
+                        0.0)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -241,7 +176,7 @@ class NodeTable:
     def of(cls, graph: ModelGraph) -> NodeTable:
         """Read every column from ``graph``'s operators; :func:`node_table` does it once per graph and keeps it."""
         kinds, categories = _indices()
-        other_kind = kinds["other"]
+        other_kind = kinds[operators.OTHER]
         nodes = graph.nodes
         n, batch = len(nodes), max(graph.batch, 1)
         attrs = list(map(attrgetter("attrs"), nodes))
@@ -263,46 +198,48 @@ class NodeTable:
             shape_attrs[i, _SPATIAL] = (*_pair(get("strides")), *_pair(get("dilation")), *_pair(get("padding")),
                                         *_pair(get("pool_size")))
         f32_in, f32_out, _ = tensors.per_node(tensors.f32 * tensors.count)
-        is_view, has_weights = category == categories["view"], tensors.lengths[2] > 0
-        conv = np.flatnonzero((category == categories["conv"]) & has_weights)
-        tensor_cores = np.array([_tensor_core_channels(nodes[i]) for i in conv.tolist()], dtype=bool)
+        is_view, has_weights = category == operators.VIEW.index, tensors.lengths[2] > 0
         transposed = np.zeros(n)
-        transposed[conv[tensor_cores]] = [_transposed_numel(nodes[i]) for i in conv[tensor_cores].tolist()]
         cuda_core_conv = np.zeros(n, dtype=bool)
-        cuda_core_conv[conv[~tensor_cores]] = True
-        for i in conv.tolist():
-            shape_attrs[i, _KERNEL_H:_KERNEL_W + 1] = (*nodes[i].weights[0].shape[2:4], 0, 0)[:2]
+        for i in _hooked(kind, "cuda_cores"):
+            on_cuda_cores = _hook(nodes[i], "cuda_cores")(nodes[i])
+            if on_cuda_cores is None:  # the hook does not apply to this node
+                continue
+            cuda_core_conv[i] = on_cuda_cores
+            transpose = _hook(nodes[i], "nchw_transpose")
+            if not on_cuda_cores and transpose is not None:
+                transposed[i] = transpose(nodes[i])
+        for i in _hooked(kind, "kernel_size"):
+            window = _hook(nodes[i], "kernel_size")(nodes[i])
+            if window is not None:
+                shape_attrs[i, _KERNEL_H:_KERNEL_W + 1] = window
         f32_weight = tensors.per_node(tensors.f32 & (tensors.count > 1))[2] > 0
-        autocast = _autocast(graph, kind, category, f32_weight, f32_in, f32_out)
+        autocast = _autocast(graph, kind, f32_weight, f32_in, f32_out)
         alloc = tensors.per_node(tensors.blocks(tensors.size))[1]
-        f32_saving = tensors.per_node(tensors.f32 * (tensors.blocks(4) - tensors.blocks(2)))[1]
-        alloc_autocast = alloc - np.where(autocast.stays_f32, 0.0, f32_saving)
+        alloc_bytes: dict[int | None, np.ndarray] = {None: alloc}
+        for lower in autocast_element_sizes():
+            saving = tensors.per_node(tensors.f32 * (tensors.blocks(FULL_BYTES) - tensors.blocks(lower)))[1]
+            alloc_bytes[lower] = alloc - np.where(autocast.stays_f32, 0.0, saving)
         nbytes, other_bytes, per_sample_bytes = (tensors.per_node(v) for v in (
             tensors.bytes, ~tensors.f32 * tensors.bytes, tensors.per_sample_count * tensors.size))
-        sdpa_math = np.zeros((n, 6))
-        for i in np.flatnonzero(category == categories["attention"]).tolist():
-            sdpa_math[i] = _sdpa_math(nodes[i])
-        gemm = np.zeros((n, 4))
-        for i in np.flatnonzero(np.isin(category, [categories[c] for c in ("conv", "matmul", "attention")])).tolist():
-            gemm[i] = _gemm(nodes[i])
-        serial = np.zeros((n, 2))
-        for i in np.flatnonzero(kind == kinds["image_resize2d"]).tolist():
-            serial[i] = _serial_loop(nodes[i])
+        columns = {"math_fallback": np.zeros((n, 6)), "gemm": np.zeros((n, 4)), "serial_loop": np.zeros((n, 2))}
+        for hook, column in columns.items():
+            for i in _hooked(kind, hook):
+                column[i] = _hook(nodes[i], hook)(nodes[i])
+        serial = columns["serial_loop"]
         return cls(
             batch=graph.batch, kind=kind, category=category, is_view=is_view, has_weights=has_weights,
             kernels=np.fromiter(map(_kernels, nodes), dtype=np.float64, count=n), nchw_transposed_numel=transposed,
-            cuda_core_conv=cuda_core_conv,
-            sdpa_math=sdpa_math, gemm=gemm, serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
-            flops=flops, f32_numel=f32_in + f32_out,
+            cuda_core_conv=cuda_core_conv, math_fallback=columns["math_fallback"], gemm=columns["gemm"],
+            serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
+            flops=flops, f32_read=f32_in, f32_written=f32_out, autocast=autocast,
             other_bytes=other_bytes[0] + other_bytes[1], weight_numel=tensors.per_node(tensors.count)[2],
             weight_bytes=nbytes[2], weight_tensor_bytes=tensors.bytes[tensors.role == 2].astype(np.float64),
-            alloc_bytes=np.stack([alloc, alloc_autocast], axis=1),
+            alloc_bytes=alloc_bytes,
             free_step=_free_steps(graph, is_view, in_place, held),
             input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=flops // batch,
             read1=per_sample_bytes[0], written1=per_sample_bytes[1],
             out_dims1=out_dims1, shape_attrs=shape_attrs,
-            autocast_bytes=autocast.bytes, autocast_casts=autocast.casts, autocast_f32=autocast.stays_f32,
-            autocast_copy_bytes=autocast.copy_bytes,
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
 
@@ -352,42 +289,53 @@ class _Tensors:
         return np.bincount(self.owner, weights=values, minlength=self.lengths.size).reshape(3, -1)
 
 
-@cache
-def _autocast_rules(vocab: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """ops' autocast sets as masks over ``vocab``: per kind, runs in half / runs in float32 / keeps
-    its weights' dtype; per category, runs in half."""
-    return (np.array([k in ops.AUTOCAST_HALF_KINDS for k in vocab]),
-            np.array([k in ops.AUTOCAST_FLOAT32_KINDS for k in vocab]),
-            np.array([k in ops.AUTOCAST_KEEPS_WEIGHT_DTYPE for k in vocab]),
-            np.array([c in ops.AUTOCAST_HALF_CATEGORIES for c in ops.CATEGORIES]))
-
-
 @dataclass(frozen=True, eq=False)
 class _Autocast:
-    stays_f32: np.ndarray  # the float32 output stays float32
-    bytes: np.ndarray  # what the float32 activations move, casts included
+    """Each operator under autocast (:func:`_autocast`), as element counts: the precision's element size
+    turns them into bytes (:meth:`moved`, :meth:`copies`)."""
+
+    lower: np.ndarray  # runs in the lower precision
+    float32: np.ndarray  # runs in float32
+    stays_f32: np.ndarray  # its float32 output stays float32
     casts: np.ndarray  # cast kernels added
-    copy_bytes: np.ndarray  # the casts' copies, held while the operator runs
+    f32_read: np.ndarray  # the float32 activation elements it reads that arrive in float32
+    lower_read: np.ndarray  # ... that arrive in the lower precision, their producer's output cast down
+    f32_in: np.ndarray
+    f32_out: np.ndarray
+
+    def moved(self, element_bytes: int) -> np.ndarray:
+        """What the float32 activations move under autocast at ``element_bytes`` an element, casts included:
+        an operator that runs in one precision first casts inputs of the other (reading them and writing a
+        copy), then reads the copy; a "widest" one reads each input as it is."""
+        h, f = element_bytes, FULL_BYTES
+        read = np.where(self.lower, self.f32_in * h + self.f32_read * (f + h),
+                        np.where(self.float32, self.f32_in * f + self.lower_read * (h + f),
+                                 self.f32_read * f + self.lower_read * h))
+        return read + self.f32_out * np.where(self.stays_f32, f, h)
+
+    def copies(self, element_bytes: int) -> np.ndarray:
+        """The copies autocast's casts of its inputs make, held while the operator runs."""
+        return np.where(self.lower, self.f32_read * element_bytes,
+                        np.where(self.float32, self.lower_read * FULL_BYTES, 0.0))
 
 
-def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_weight: np.ndarray,
-              f32_in: np.ndarray, f32_out: np.ndarray) -> _Autocast:
-    """Each operator under autocast (see :mod:`dippm_nas.graph.ops`): whether its output stays
-    float32, which follows its producers in graph order, and the bytes and casts that follow.
+def _autocast(graph: ModelGraph, kind: np.ndarray, f32_weight: np.ndarray, f32_in: np.ndarray,
+              f32_out: np.ndarray) -> _Autocast:
+    """Each operator under autocast, by its kind's policy (:mod:`dippm_nas.graph.operators`): whether its
+    output stays float32, which follows its producers in graph order, and the elements and casts that follow.
 
-    An operator that runs in one precision first casts inputs of the other (reading them and writing
-    a copy), then reads the copy; a "widest" one reads each input as it is. Which input came from
-    which producer the graph does not keep, so mixed producers count in proportion; the model's own
-    inputs arrive in float32."""
-    half_kind, f32_kind, keeps_weight_dtype, half_category = _autocast_rules(ops.vocabulary())
+    Which input came from which producer the graph does not keep, so mixed producers count in proportion;
+    the model's own inputs arrive in float32."""
+    policy = operators.kind_table().autocast[kind]
     n = len(kind)
-    half = half_category[category] | half_kind[kind]
-    float32 = ~half & f32_kind[kind]
+    half = policy == operators.AUTOCAST_POLICIES.index(operators.AUTOCAST_LOWER)
+    float32 = policy == operators.AUTOCAST_POLICIES.index(operators.AUTOCAST_FLOAT32)
+    keeps_weight_dtype = policy == operators.AUTOCAST_POLICIES.index(operators.AUTOCAST_WIDEST_KEEPS_WEIGHT_DTYPE)
     widest = ~half & ~float32
     entry = np.zeros(n, dtype=bool)
     entry[list(graph.entry_nodes)] = True
     src, dst = graph.edge_array.T
-    settled = float32 | (widest & (entry | (f32_weight & ~keeps_weight_dtype[kind])))
+    settled = float32 | (widest & (entry | (f32_weight & ~keeps_weight_dtype)))
     stays = settled.tolist()
     rows, producers = graph.producers_by_consumer
     indegree = np.diff(rows)
@@ -401,12 +349,9 @@ def _autocast(graph: ModelGraph, kind: np.ndarray, category: np.ndarray, f32_wei
     sources = indegree + entry
     share = np.divide(np.bincount(dst, weights=stays_f32[src], minlength=n) + entry, sources,
                       out=np.ones(n), where=sources > 0)
-    f32_read, half_read = f32_in * share, f32_in * (1 - share)
-    read = np.where(half, f32_in * 2 + f32_read * (4 + 2),
-                    np.where(float32, f32_in * 4 + half_read * (2 + 4), f32_read * 4 + half_read * 2))
-    casts = (half & (f32_read > 0)) | (float32 & (half_read > 0))
-    copies = np.where(half, f32_read * 2, np.where(float32, half_read * 4, 0.0))
-    return _Autocast(stays_f32, read + f32_out * np.where(stays_f32, 4, 2), casts.astype(np.float64), copies)
+    f32_read, lower_read = f32_in * share, f32_in * (1 - share)
+    casts = (half & (f32_read > 0)) | (float32 & (lower_read > 0))
+    return _Autocast(half, float32, stays_f32, casts.astype(np.float64), f32_read, lower_read, f32_in, f32_out)
 
 
 def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, held: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ def _erfc(bb: relax.BlockBuilder, inputs: list[relax.Expr], attrs: dict) -> rela
 #: tf2onnx writes Keras' exact GELU with Erfc.
 EXTRA_CONVERTERS = {"Erfc": _erfc}
 _DIRECTLY_HANDLED = {"If", "Constant"}
-#: Kept whole, with the attributes their cost rules read (:mod:`dippm_nas.graph.ops`), as the torch
+#: Kept whole, with the attributes their cost rules read (:mod:`dippm_nas.graph.operators`), as the torch
 #: frontend keeps aten.lstm: one cuDNN call, not a node per time step. Keras and Paddle LSTMs reach
 #: us as these.
 _RECURRENT = {"LSTM", "GRU"}

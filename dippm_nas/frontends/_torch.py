@@ -33,7 +33,7 @@ from tvm.relax.frontend.torch.exported_program_translator import ExportedProgram
 
 from dippm_nas.errors import ExportError, one_line
 from dippm_nas.frontends._eager_liveness import eager_holds
-from dippm_nas.graph import ops
+from dippm_nas.graph import operators
 from dippm_nas.inputs import InputSpec
 from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, generic_call
 
@@ -304,7 +304,7 @@ def _kept_whole(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 #: norms, rolls).
 EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurrent, "gru.input": _recurrent,
                     "_convolution_mode.default": _convolution, "convolution.default": _convolution,
-                    **{op: _kept_whole for op in ops.kept_whole_aten()}}
+                    **{op: _kept_whole for op in operators.kept_whole_aten()}}
 
 
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,

@@ -1,21 +1,23 @@
 """The copies PyTorch eager makes that a dataflow graph hides, found by following memory layouts.
 
 In a graph ``permute`` then ``reshape`` are two free views, but eager can view a tensor only where
-its strides allow; otherwise reshape copies it first. ``matmul`` folds batch dimensions with such a
-reshape, so attention written as ``q @ k.transpose(-2, -1)`` on heads split by a permute copies
-``q`` and ``k`` before the batched GEMM, and layer norm and softmax copy an input that is not
+its strides allow; otherwise reshape copies it first. A batched matrix product folds batch dimensions
+with such a reshape, so attention written as ``q @ k.transpose(-2, -1)`` on heads split by a permute
+copies ``q`` and ``k`` before the batched GEMM, and normalisations copy an input that is not
 contiguous (``expect_contiguous`` in their CUDA kernels). In unfused attention these copies are a
 large part of the time.
 
 The graph reader follows each activation's strides through the operators, whatever the frontend
 (a PyTorch module, an ONNX file, Keras or Paddle through ONNX), and asks PyTorch itself which copies
-happen: each rule replays the operator on ``meta`` tensors with those strides, under a dispatch mode
-that sees the ``clone`` calls of ATen's own decompositions. A copy found becomes a node of its own
-(a layout transform) feeding the operator, so the graph, the roofline and the liveness all see it.
-Outputs take the strides eager gives them: views keep their input's, elementwise operators follow
-their inputs' layout (TensorIterator), upsampling the layout its input suggests, every other kernel
-writes a contiguous tensor, attention in the (batch, tokens, heads, dim) layout Relax gives it, as flash
-and memory-efficient attention do.
+happen: each operator's layout rule (its registry entry's, :mod:`dippm_nas.graph.operators`) replays the
+operator on ``meta`` tensors with those strides, under a dispatch mode that sees the ``clone`` calls of
+ATen's own decompositions. A copy found becomes a node of its own (a layout transform) feeding the
+operator, so the graph, the roofline and the liveness all see it. Outputs take the strides eager gives
+them: views keep their input's, elementwise operators follow their inputs' layout (TensorIterator),
+every other kernel writes a contiguous tensor unless its rule says otherwise.
+
+This module holds the machinery and the patterns many operators share; torch is imported on first use,
+so that a graph read back from a cache is predicted without it.
 """
 
 from __future__ import annotations
@@ -23,16 +25,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from typing import TYPE_CHECKING, Any
 
 from dippm_nas.graph.tensor import Shape
 
-Strides = tuple[int, ...]
+if TYPE_CHECKING:
+    import torch
 
-#: The operator a copy node is: ATen's clone, a transform into a new (contiguous) layout (graph.ops).
-COPY_OP = "clone.default"
+Strides = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -49,32 +49,42 @@ CONTIGUOUS = Layout()
 
 def on_meta(shape: Shape, strides: Strides | None) -> torch.Tensor:
     """An empty ``meta`` tensor with this shape and layout."""
+    import torch
+
     if strides is None:
         return torch.empty(shape, device="meta")
     return torch.empty_strided(shape, strides, device="meta")
 
 
-def _own_strides(t: torch.Tensor) -> Strides | None:
+def own_strides(t: torch.Tensor) -> Strides | None:
+    """A tensor's strides, None where it is contiguous."""
     return None if t.is_contiguous() else tuple(t.stride())
 
 
-class _CloneRecorder(TorchDispatchMode):
-    """Remembers the tensors ``aten.clone`` copies while an operator runs."""
+@functools.cache
+def _clone_recorder() -> type:
+    """A dispatch mode that remembers the tensors ``aten.clone`` copies while an operator runs."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.cloned: list[torch.Tensor] = []
+    class CloneRecorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cloned: list[torch.Tensor] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten.clone.default:
-            self.cloned.append(args[0])
-        return func(*args, **(kwargs or {}))
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.clone.default:
+                self.cloned.append(args[0])
+            return func(*args, **(kwargs or {}))
+
+    return CloneRecorder
 
 
-def _replay(run: Callable[[], torch.Tensor | Sequence[torch.Tensor]],
-            inputs: Sequence[torch.Tensor]) -> tuple[tuple[tuple[int, Shape], ...], object]:
+def replay(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[tuple[tuple[int, Shape], ...], Any]:
     """Run ``run`` on meta tensors; the inputs it clones (by index) and its result."""
-    with _CloneRecorder() as recorder:
+    import torch
+
+    with _clone_recorder()() as recorder:
         result = run()
     copies = {}
     for source in recorder.cloned:
@@ -84,42 +94,29 @@ def _replay(run: Callable[[], torch.Tensor | Sequence[torch.Tensor]],
     return tuple(copies.items()), result
 
 
-#: A rule: (input meta tensors, the operator's attributes, its output shapes) -> its Layout.
-Rule = Callable[[list[torch.Tensor], dict[str, object], list[Shape]], Layout]
-_RULES: dict[str, Rule] = {}
+# ---- patterns shared by many operators ----------------------------------------------------------
 
 
-def rule(*kinds: str) -> Callable[[Rule], Rule]:
-    """Registers a layout rule for operator kinds (graph.ops) or ATen operator names."""
-
-    def register(fn: Rule) -> Rule:
-        for kind in kinds:
-            _RULES[kind] = fn
-        return fn
-    return register
+def reshaped(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+    """A reshape (flatten, squeeze, ...): a view where the strides allow one, else a copy first."""
+    copies, out = replay(lambda: inputs[0].reshape(outs[0]), inputs[:1])
+    return Layout(copies, (own_strides(out),))
 
 
-@rule("reshape", "flatten", "batch_flatten", "squeeze", "expand_dims", "view", "memory_view")
-def _reshape(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
-    copies, out = _replay(lambda: inputs[0].reshape(outs[0]), inputs[:1])
-    return Layout(copies, (_own_strides(out),))
-
-
-@rule("permute_dims")
-def _permute(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+def permuted(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+    """A permutation of the axes: a view with the strides permuted."""
     axes = attrs.get("axes")
     x = inputs[0]
     out = x.permute(tuple(axes)) if axes else x.permute(tuple(reversed(range(x.dim()))))
-    return Layout((), (_own_strides(out),))
+    return Layout((), (own_strides(out),))
 
 
-@rule("broadcast_to")
-def _broadcast(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
-    return Layout((), (_own_strides(inputs[0].expand(outs[0])),))
+def broadcast(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+    """An expansion: a view with zero strides on the broadcast axes."""
+    return Layout((), (own_strides(inputs[0].expand(outs[0])),))
 
 
-@rule("strided_slice", "split", "unbind", "dynamic_strided_slice")
-def _slice(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+def sliced(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     """A slice keeps its input's strides (a select drops the axis it selects on): contiguous only
     where it cuts the leading axes."""
     x = inputs[0]
@@ -134,61 +131,34 @@ def _slice(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shap
         if len(kept) != len(shape):
             strides.append(None)
             continue
-        strides.append(_own_strides(on_meta(shape, tuple(kept))))
+        strides.append(own_strides(on_meta(shape, tuple(kept))))
     return Layout((), tuple(strides))
 
 
-@rule("matmul")
-def _matmul(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
-    if len(inputs) < 2:
-        return CONTIGUOUS
-    copies, _ = _replay(lambda: torch.matmul(inputs[0], inputs[1]), inputs[:2])
-    return Layout(copies)
-
-
-@rule("linear")
-def _linear(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
-    copies, _ = _replay(lambda: torch.nn.functional.linear(inputs[0], inputs[1]), inputs[:2])
-    return Layout(copies)
-
-
-@rule("layer_norm", "rms_norm", "group_norm", "softmax", "log_softmax", "contiguous.default")
-def _first_contiguous(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+def first_contiguous(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+    """A kernel that copies a first input that is not contiguous (``expect_contiguous``)."""
     x = inputs[0]
     return CONTIGUOUS if x.is_contiguous() else Layout(((0, tuple(x.shape)),))
 
 
-@rule("conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose", "batch_norm")
-def _first_dense(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+def first_dense(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     """cuDNN takes a channels-last input as it is (it runs NHWC); any other layout it copies."""
+    import torch
+
     x = inputs[0]
     if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
         return CONTIGUOUS
-    return _first_contiguous(inputs, attrs, outs)
+    return first_contiguous(inputs, attrs, outs)
 
 
-def _elementwise(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
+def elementwise(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
     """TensorIterator lays its output out like its inputs (a permuted tensor times two is permuted)."""
+    import torch
+
     out = functools.reduce(torch.add, inputs)
     if len(outs) != 1 or tuple(out.shape) != tuple(outs[0]):
         return CONTIGUOUS
-    return Layout((), (_own_strides(out),))
-
-
-@rule("image_resize2d")
-def _resize(inputs: list[torch.Tensor], attrs: dict[str, object], outs: list[Shape]) -> Layout:
-    """ATen's upsampling kernels write their output in the layout their input suggests."""
-    if not suggests_channels_last(tuple(inputs[0].shape), tuple(inputs[0].stride())) or len(outs[0]) != 4:
-        return CONTIGUOUS
-    return Layout((), (tuple(torch.empty(outs[0], device="meta", memory_format=torch.channels_last).stride()),))
-
-
-_CATEGORY_RULES: dict[str, Rule] = {"elementwise": _elementwise, "activation": _elementwise}
-
-#: Operators whose ATen kernel is chosen by the layout of their input; their rule gives them a
-#: channels-last output exactly when it is, and the graph reader records that in their
-#: ``eager_channels_last`` attribute.
-DISPATCH_ON_LAYOUT = frozenset({"image_resize2d"})
+    return Layout((), (own_strides(out),))
 
 
 def suggests_channels_last(shape: Shape, strides: Strides | None) -> bool:
@@ -196,28 +166,9 @@ def suggests_channels_last(shape: Shape, strides: Strides | None) -> bool:
     channels-last strides, contiguous or not; a token sequence transposed into an image has them."""
     if strides is None or len(shape) != 4:
         return False
+    import torch
     from torch._prims_common import suggest_memory_format
 
     if shape[0] == 1:  # graphs are read at batch 1, where the batch stride is arbitrary: give it the batch's span
         strides = (max(s * n for s, n in zip(strides[1:], shape[1:])), *strides[1:])
     return suggest_memory_format(on_meta(shape, strides)) == torch.channels_last
-
-
-#: Operators that may copy inputs that are all contiguous: a broadcast batch is expanded first.
-_COPY_CONTIGUOUS = frozenset({"matmul"})
-
-
-def layout_of(op: str, kind: str, category: str, inputs: list[tuple[Shape, Strides | None]],
-              attrs: dict[str, object], outs: list[Shape]) -> Layout:
-    """How eager lays out this operator: the inputs it copies (by position in ``inputs``, the
-    operator's tensor arguments in order, weights contiguous) and its outputs' strides."""
-    fn = _RULES.get(op) or _RULES.get(kind) or _CATEGORY_RULES.get(category)
-    if fn is None or not inputs:
-        return CONTIGUOUS
-    if category != "view" and kind not in _COPY_CONTIGUOUS and all(s is None for _, s in inputs):
-        return CONTIGUOUS  # a kernel on contiguous inputs writes contiguous outputs
-    metas = [on_meta(shape, strides) for shape, strides in inputs]
-    try:
-        return fn(metas, attrs, outs)
-    except (RuntimeError, TypeError, ValueError, IndexError):  # shapes meta tensors reject: no copy
-        return CONTIGUOUS

@@ -3,10 +3,10 @@
 Only shapes and dtypes are read, never tensor data, so a module whose parameters were never
 materialised converts in milliseconds. Three rules keep the graph close to what PyTorch runs:
 
-* a call that reads only parameters or constants (``permute_dims(weight)`` before a matmul, a
+* a call that reads only parameters or constants (``permute_dims(weight)`` before a product, a
   reshaped bias) is folded: it runs once at load time, not per inference; its result is a weight
   of the operator that reads it;
-* a bias ``add`` right after a convolution or matmul is that operator's epilogue, as in cuDNN and
+* a bias ``add`` right after a convolution or matrix product is that operator's epilogue, as in cuDNN and
   cuBLAS kernels: it becomes one more weight of the producer, not a node;
 * tuples and tuple indexing are plumbing, not operators: edges go straight through them.
 
@@ -23,12 +23,10 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
-from dippm_nas.graph import eager_layout, ops
+from dippm_nas.graph import eager_layout, operators
 from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF, Shape, Tensor
 from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, GENERIC_OP_PREFIX, tensor_of_type
-
-_EPILOGUE_HOSTS = frozenset({"conv", "matmul"})
 
 
 def _is_scalar_constant(expr: relax.Expr) -> bool:
@@ -107,6 +105,24 @@ def attrs_to_dict(attrs: object) -> dict[str, object]:
         return {}
     names = [n for n in dir(attrs) if not n.startswith("_") and n not in _ATTR_METHODS]
     return {n: _plain(getattr(attrs, n)) for n in sorted(names)}
+
+
+def _layout_of(spelling: operators.Spelling | None, inputs: list[tuple[Shape, eager_layout.Strides | None]],
+               attrs: dict[str, object], outs: list[Shape]) -> eager_layout.Layout:
+    """How eager lays out this operator (None: one the registry does not know): the inputs it copies (by
+    position in ``inputs``, the operator's tensor arguments in order, weights contiguous) and its outputs'
+    strides."""
+    fn = spelling.layout_rule if spelling is not None else None
+    if fn is None or not inputs:
+        return eager_layout.CONTIGUOUS
+    entry = spelling.operator  # type: ignore[union-attr]
+    if not entry.category.is_view and not entry.copies_contiguous_inputs and all(s is None for _, s in inputs):
+        return eager_layout.CONTIGUOUS  # a kernel on contiguous inputs writes contiguous outputs
+    metas = [eager_layout.on_meta(shape, strides) for shape, strides in inputs]
+    try:
+        return fn(metas, attrs, outs)
+    except (RuntimeError, TypeError, ValueError, IndexError):  # shapes meta tensors reject: no copy
+        return eager_layout.CONTIGUOUS
 
 
 class _Converter:
@@ -236,19 +252,18 @@ class _Converter:
         if fused is not None:
             return fused
 
-        spec = ops.lookup_aten(op_name) if generic else ops.lookup(op_name)
-        kind, category = (spec.kind, spec.category) if spec else ("other", "other")
+        spelling = operators.lookup_aten(op_name) if generic else operators.lookup(op_name)
+        kind, category = (spelling.kind, spelling.category) if spelling else (operators.OTHER, operators.OTHER)
         attrs = attrs_to_dict(value.attrs)
         if generic:
             attrs["aten"] = op_name
             extern = value.args[0]
             if isinstance(extern, relax.ExternFunc) and extern.attrs is not None:
                 attrs.update({str(k): _plain(v) for k, v in extern.attrs.items()})
-        layout = eager_layout.layout_of(
-            op_name, kind, category,
-            [(leaf.tensor.shape, leaf.strides if isinstance(leaf, _Act) else None) for leaf in leaves],
+        layout = _layout_of(
+            spelling, [(leaf.tensor.shape, leaf.strides if isinstance(leaf, _Act) else None) for leaf in leaves],
             attrs, [t.shape for t in outs])
-        if kind in eager_layout.DISPATCH_ON_LAYOUT:
+        if spelling is not None and spelling.operator.dispatch_on_layout:
             attrs["eager_channels_last"] = bool(layout.strides and layout.strides[0])
         for index, shape in layout.copies:
             if isinstance(leaves[index], _Act):
@@ -275,10 +290,10 @@ class _Converter:
     def copy(self, act: _Act, shape: Shape) -> _Act:
         """A copy eager makes of ``act`` (at its broadcast ``shape``) before the next operator."""
         out = Tensor(shape, act.tensor.dtype)
-        spec = ops.lookup_aten(eager_layout.COPY_OP)
+        copy = operators.lookup_aten(operators.COPY_OP)
         node = _NodeDraft(
-            id=len(self.nodes), op=eager_layout.COPY_OP, kind=spec.kind, category=spec.category,
-            attrs={"aten": eager_layout.COPY_OP}, args=[act.tensor], inputs=[act.tensor], outputs=[out],
+            id=len(self.nodes), op=operators.COPY_OP, kind=copy.kind, category=copy.category,
+            attrs={"aten": operators.COPY_OP}, args=[act.tensor], inputs=[act.tensor], outputs=[out],
             weights=[], generic=True, producers=set(act.producers), reads_input=not act.producers,
         )
         self.nodes.append(node)
@@ -317,7 +332,7 @@ class _Converter:
         if act is None or weight is None or act_expr is None or len(act.producers) != 1:
             return None
         host = self.nodes[act.producers[0]]
-        if host.category not in _EPILOGUE_HOSTS or self.uses.get(act_expr, 0) != 1:
+        if not operators.category_named(host.category).takes_bias or self.uses.get(act_expr, 0) != 1:
             return None
         channels = {act.tensor.shape[-1], act.tensor.shape[1] if len(act.tensor.shape) > 1 else 0}
         if host.outputs != [act.tensor] or weight.tensor.numel not in channels:
@@ -331,9 +346,9 @@ class _Converter:
                param_bytes: int) -> ModelGraph:
         nodes, edges = [], set()
         for d in self.nodes:
-            spec = ops.lookup_aten(d.op) if d.generic else ops.lookup(d.op)
+            spelling = operators.lookup_aten(d.op) if d.generic else operators.lookup(d.op)
             # An operator we have no rule for counts as elementwise work, in one kernel.
-            flops = spec.flops(d.args, d.outputs, d.attrs) if spec else sum(t.numel for t in d.outputs)
+            flops = spelling.flops(d.args, d.outputs, d.attrs) if spelling else sum(t.numel for t in d.outputs)
             nodes.append(Node(
                 id=d.id, op=d.op.removeprefix("relax."), kind=d.kind, category=d.category,
                 attrs=d.attrs, inputs=tuple(d.inputs), outputs=tuple(d.outputs),

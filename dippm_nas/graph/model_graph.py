@@ -8,7 +8,8 @@ from functools import cached_property
 
 import numpy as np
 
-from dippm_nas.graph.tensor import MAC_CATEGORIES, Tensor
+from dippm_nas.graph import operators
+from dippm_nas.graph.tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,8 @@ class Node:
 
     ``inputs`` are the activations it reads (from other operators or from the model's inputs),
     ``weights`` the parameters and constants it reads; parameters are attributes, never nodes.
-    ``category`` says which hardware unit bounds it (see :mod:`dippm_nas.graph.ops`).
+    ``kind`` and ``category`` are the registry's (:mod:`dippm_nas.graph.operators`): what the operator is,
+    and which hardware unit bounds it.
     """
 
     id: int
@@ -57,8 +59,9 @@ class Node:
 
     @property
     def macs(self) -> int:
-        """Multiply-accumulates: half the FLOPs for conv, matmul and attention, 0 for anything else."""
-        return self.flops // 2 if self.category in MAC_CATEGORIES else 0
+        """Multiply-accumulates: half the FLOPs where its category counts them (convolutions, matrix products,
+        attention), 0 for anything else."""
+        return self.flops // 2 if operators.category_named(self.category).counts_macs else 0
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class ModelGraph:
 
     @property
     def flops(self) -> int:
-        """FLOPs of one run at :attr:`batch`, summed over the nodes (conventions in :mod:`dippm_nas.graph.ops`)."""
+        """FLOPs of one run at :attr:`batch`, summed over the nodes (conventions: :mod:`dippm_nas.graph.operators`)."""
         return sum(n.flops for n in self.nodes)
 
     @property

@@ -8,12 +8,19 @@ from __future__ import annotations
 import json
 import zlib
 
+from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import Tensor
 
 #: What a stored graph means, not only how it is laid out: bump it whenever the frontends read a model
 #: differently (a persistent cache would otherwise mix graphs of two versions in one study).
 FORMAT = 3
+
+
+def graph_version() -> str:
+    """What a cached graph depends on besides its model: the format and the operator vocabulary it was read
+    with (a kind registered since reads as ``other`` in a graph built before). Graph caches key on it."""
+    return f"{FORMAT}.{operators.fingerprint()[:16]}"
 
 
 def _tensor(t: Tensor) -> list[object]:

@@ -17,9 +17,6 @@ DTYPE_BYTES: dict[str, int] = {
     "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
-#: Categories whose FLOPs are multiply-accumulates (reported as MACs, as timm and DIPPM count them).
-MAC_CATEGORIES = frozenset({"conv", "matmul", "attention"})
-
 #: A node attribute: for how many steps after its own PyTorch eager keeps the node's output (a module
 #: call still running holds it as an argument, or a local variable of a function still running does);
 #: set by the torch frontend.

@@ -13,18 +13,9 @@ from functools import cache
 from importlib import resources
 
 from dippm_nas.errors import DippmError, UnknownDeviceError, suggest
+from dippm_nas.precisions import PRECISIONS, precision_named
 
 GIB_IN_MIB = 1024.0
-
-#: Precisions a prediction can be made for, and what each means for PyTorch inference.
-PRECISIONS: dict[str, str] = {
-    "fp32": "float32 weights and activations; PyTorch defaults (cuDNN convolutions may use TF32, "
-    "matmuls do not)",
-    "fp32-strict": "float32 with TF32 off everywhere (cudnn.allow_tf32 and matmul.allow_tf32 False)",
-    "tf32": "float32 storage with TF32 tensor-core math for matmuls and convolutions",
-    "fp16": "float16 autocast (torch.autocast(dtype=torch.float16))",
-    "bf16": "bfloat16 autocast (torch.autocast(dtype=torch.bfloat16))",
-}
 
 
 #: MIG-capable GPUs that mig_profiles.csv gives no table for, and the GPU whose table they share
@@ -95,18 +86,11 @@ class Device:
         >>> get_device("v100").precisions
         ('fp32', 'fp32-strict', 'fp16')
         """
-        return tuple(p for p in PRECISIONS if p.startswith("fp32") or getattr(self, f"{p}_tflops"))
+        return tuple(name for name, p in PRECISIONS.items() if getattr(self, f"{p.peak_column}_tflops"))
 
     def tensor_tflops(self, precision: str) -> float:
-        """Peak of the units that run matmuls and convolutions at ``precision``."""
-        check_precision(precision)
-        peak = {
-            "fp32": self.fp32_tflops,
-            "fp32-strict": self.fp32_tflops,
-            "tf32": self.tf32_tflops,
-            "fp16": self.fp16_tflops,
-            "bf16": self.bf16_tflops,
-        }[precision]
+        """Peak of the units that run matmuls and convolutions at ``precision`` (its ``peak_column``)."""
+        peak = getattr(self, f"{precision_named(precision).peak_column}_tflops")
         if peak is None:
             raise DippmError(
                 f"{self.key} ({self.name}) has no {precision} tensor cores in its spec sheet; "
@@ -157,6 +141,14 @@ class Device:
             slice_of=profile.name,
         )
 
+    def whole_gpu(self) -> Device:
+        """The whole GPU a MIG slice is cut from; the device itself where it is a whole GPU.
+
+        >>> get_device("a100-40gb:1g.5gb").whole_gpu().key
+        'a100-40gb'
+        """
+        return get_device(self.key.partition(":")[0]) if self.slice_of else self
+
     def to_dict(self) -> dict[str, object]:
         """The spec sheet as JSON-ready values, each MIG profile with its ``usable_mib``."""
         return {
@@ -196,12 +188,7 @@ def check_layout(layout: str) -> str:
 
 def check_precision(precision: str) -> str:
     """``precision`` itself if it is a key of ``PRECISIONS``, else a DippmError that lists them."""
-    if precision not in PRECISIONS:
-        raise DippmError(
-            f"unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}."
-            + suggest(precision, PRECISIONS)
-        )
-    return precision
+    return precision_named(precision).name
 
 
 def _optional(value: str) -> float | None:

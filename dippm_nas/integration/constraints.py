@@ -66,7 +66,7 @@ class HardwareConstraints:
     @property
     def gpu(self) -> Device:
         """The device the MIG profiles belong to (a slice key stands for its GPU)."""
-        return get_device(self.device.split(":")[0])
+        return get_device(self.device).whole_gpu()
 
     def values(self, prediction: Prediction) -> dict[str, float]:
         """Constraint values by name, each the prediction minus its bound: feasible when <= 0.
@@ -93,7 +93,7 @@ class HardwareConstraints:
         if prediction.memory_available_mib is not None:
             out[FITS_MEMORY] = required_memory(prediction.memory_mib, self.mig_margin) - prediction.memory_available_mib
         if self.mig_profiles:
-            if prediction.device.split(":")[0] != self.gpu.key:
+            if get_device(prediction.device).whole_gpu().key != self.gpu.key:
                 raise DippmError(f"the MIG constraint is for {self.gpu.key} but the prediction is for "
                                  f"{prediction.device}; score on the same device.")
             need = required_memory(prediction.memory_mib, self.mig_margin)

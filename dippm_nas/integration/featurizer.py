@@ -3,7 +3,9 @@
 A search-space candidate is featurized block by block: a block already seen (same configuration,
 input shape and dtype, same batch) comes from the cache, a new one is exported once and cached, and
 the candidate's graph is stitched from its blocks. The stitched graph is cached too, under the
-architecture's signature. Any other model goes through the whole-model cache.
+architecture's signature. Any other model goes through the whole-model cache. Every key ends with the
+graph version (:func:`~dippm_nas.graph.serialize.graph_version`): a shared cache written by a version with
+another operator vocabulary is never read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from dippm_nas.cache import GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.graph.serialize import graph_version
 from dippm_nas.graph.stitch import stitch
 from dippm_nas.inputs import InputLike, TensorSpec
 from dippm_nas.integration.candidate import Block, Candidate
@@ -25,7 +28,7 @@ def _model_key(model: Any, inputs: InputLike, batch: int) -> str:
     else:
         described = f"{type(model).__module__}.{type(model).__qualname__}\n{model!r}"
     digest = hashlib.sha256(f"{described}|{inputs!r}".encode()).hexdigest()[:32]
-    return f"model:{digest}:b{batch}"
+    return f"model:{digest}:b{batch}:g{graph_version()}"
 
 
 class CachedFeaturizer:
@@ -37,7 +40,7 @@ class CachedFeaturizer:
 
     def block_graph(self, block: Block) -> ModelGraph:
         """One block's graph, exported the first time its signature is seen at this batch."""
-        key = f"block:{block.signature}:b{self.batch}"
+        key = f"block:{block.signature}:b{self.batch}:g{graph_version()}"
         graph = self.cache.get(key)
         if graph is None:
             from dippm_nas._predict import build_graph
@@ -48,7 +51,7 @@ class CachedFeaturizer:
 
     def candidate_graph(self, candidate: Candidate) -> ModelGraph:
         """The candidate's graph stitched from its blocks' graphs, cached under the architecture's signature."""
-        key = f"candidate:{candidate.signature}:b{self.batch}"
+        key = f"candidate:{candidate.signature}:b{self.batch}:g{graph_version()}"
         graph = self.cache.get(key)
         if graph is None:
             graph = stitch([self.block_graph(b) for b in candidate.blocks], candidate.name)

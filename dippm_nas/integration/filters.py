@@ -17,9 +17,15 @@ def trials_fitting_mig(study: optuna.Study, profile: str, device: str = "a100-40
     slot = gpu.mig_profile(profile)
     return [
         t for t in study.get_trials(deepcopy=False, states=states)
-        if trial_memory_mib(t) is not None and str(t.user_attrs.get("device", "")).split(":")[0] == gpu.key
+        if trial_memory_mib(t) is not None and _scored_gpu(t) == gpu.key
         and fits(slot, trial_memory_mib(t), margin)
     ]
+
+
+def _scored_gpu(trial: FrozenTrial) -> str | None:
+    """The GPU a trial was scored on (a slice's GPU for a slice), None for a trial dippm-nas did not score."""
+    device = trial.user_attrs.get("device")
+    return get_device(str(device)).whole_gpu().key if device else None
 
 
 def trial_memory_mib(trial: FrozenTrial) -> float | None:

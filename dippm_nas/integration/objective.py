@@ -49,7 +49,7 @@ class HardwareObjective:
         unknown = [o for o in objectives if o not in COST_OBJECTIVES]
         if unknown:
             raise DippmError(f"unknown cost objective(s) {unknown}; choose from {', '.join(COST_OBJECTIVES)}.")
-        scored_on = cost.device.key.split(":")[0]  # a slice's constraints are its GPU's profiles
+        scored_on = cost.device.whole_gpu().key  # a slice's constraints are its GPU's profiles
         if constraints is not None and constraints.mig_profiles and constraints.gpu.key != scored_on:
             raise DippmError(f"constraints are for {constraints.gpu.key}, the cost model scores {cost.device.key}.")
         self.space, self.accuracy_fn, self.cost = space, accuracy_fn, cost

@@ -1,14 +1,14 @@
-"""One command for a lent GPU: every kind of ground truth the project lacks, in a stated order and
-time split, each resumed where the last lease stopped.
+"""One command for a GPU you have for some minutes: every kind of ground truth the project lacks, in a
+stated order and time split, each resumed where the last session stopped.
 
-A lease is short (minutes) and comes by chance, so the campaign spends it in the order that buys the
+A session on a GPU is short (minutes), so the campaign spends it in the order that buys the
 most per minute: the host's per-operator cost first (seconds, and every model row needs it), then an
 operator sweep (thousands of timings a minute, the learned model's operator-level data), then the
 model manifest (whole-model latency, energy and NVML memory: fp32 and fp16 at batch 1, 8, 64 and 256
 first, then bf16 and fp32-strict), then kernel profiles. Each step's budget is its share of what is
 left when it starts, so a step that finishes early (everything already measured) hands its time on.
 Every step appends to a file of its own under ``out_dir`` and skips what that file holds: a second
-lease continues the first.
+session continues the first.
 
 Files, for a GPU whose name slugs to ``nvidia-h100-80gb-hbm3``::
 
@@ -91,7 +91,7 @@ def step_budget(step: Step, left_s: float, last: bool = False) -> float:
 
 
 def selected_steps(steps: Iterable[str] = STEP_NAMES) -> list[Step]:
-    """The plan's steps named in ``steps``, in the plan's order (a lease split over several calls, or a
+    """The plan's steps named in ``steps``, in the plan's order (a session split over several calls, or a
     step run in a process of its own so that a broken CUDA context ends that step alone).
 
     >>> [s.name for s in selected_steps(["models", "sweep"])]
@@ -167,7 +167,7 @@ def model_rows_file(out_dir: Path, slug: str, columns: list[str] = COLUMNS) -> P
 
 def held_by_older_files(out_dir: Path, slug: str, rows_file: Path) -> set[str]:
     """The configurations that this GPU's model files of other protocols hold: measured by an earlier
-    lease, so a new protocol's file does not measure them again."""
+    session, so a new protocol's file does not measure them again."""
     return {key for path in _model_files(out_dir, slug) if path != rows_file and path.exists()
             for key in measured_keys(path)}
 
@@ -195,7 +195,7 @@ def campaign_manifest(records_csv: str | Path, seed: int = 0, per_family: int = 
 
 def measure_host(out: Path, device_kind: str, measured_by: str, progress: Callable[[str], None]) -> int:
     """The host-cost step: one row per operator kind and precision, unless ``out`` has this run's already
-    (the host does not change between leases of the same machine kind, so one measurement a file)."""
+    (the host does not change between sessions on the same machine kind, so one measurement a file)."""
     if out.exists() and out.stat().st_size > 0:
         progress(f"host cost already in {out}")
         return 0
@@ -257,7 +257,7 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
         began = time.monotonic()
         progress(f"== {step.name}: {budget:.0f} s of {left:.0f} s left")
         if budget < 1.0:
-            progress(f"{step.name}: no time left; a later lease continues here")
+            progress(f"{step.name}: no time left; a later session continues here")
             measured = 0
         elif step.name == "host":
             measured = measure_host(out_dir / "host" / f"{slug}.csv", device_kind, measured_by, progress)

@@ -1,9 +1,7 @@
-"""Precisions as PyTorch runs them: the TF32 flags and the autocast dtype each one means.
+"""Precisions as the harness runs them: the TF32 flags and the autocast dtype of each row of the
+precision table (:mod:`dippm_nas.precisions`), as torch objects.
 
-``fp32`` is PyTorch's defaults: cuDNN convolutions may use TF32 (``torch.backends.cudnn.allow_tf32``
-is True) while matmuls do not (``torch.backends.cuda.matmul.allow_tf32`` is False). ``fp32-strict``
-turns TF32 off everywhere, ``tf32`` on everywhere; ``fp16`` and ``bf16`` are ``torch.autocast`` with
-PyTorch's default flags. A row records the flags it ran under, so a measurement says which units ran.
+A row records the flags it ran under, so a measurement says which units ran.
 """
 
 from __future__ import annotations
@@ -13,6 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+
+from dippm_nas.precisions import DEFAULT_PRECISION
+from dippm_nas.precisions import PRECISIONS as TABLE
 
 
 @dataclass(frozen=True)
@@ -32,18 +33,17 @@ class Precision:
 
     def flags(self) -> dict[str, bool]:
         """The flags as a row's columns."""
-        return {"tf32_matmul": self.tf32_matmul, "tf32_cudnn": self.tf32_cudnn}
+        return TABLE[self.name].flags()
 
 
-#: Every precision a manifest, a sweep or a row may name, in the order a campaign measures them.
-PRECISION_MODES: dict[str, Precision] = {p.name: p for p in (
-    Precision("fp32", tf32_matmul=False, tf32_cudnn=True),
-    Precision("fp16", tf32_matmul=False, tf32_cudnn=True, autocast_dtype=torch.float16),
-    Precision("bf16", tf32_matmul=False, tf32_cudnn=True, autocast_dtype=torch.bfloat16),
-    Precision("fp32-strict", tf32_matmul=False, tf32_cudnn=False),
-    Precision("tf32", tf32_matmul=True, tf32_cudnn=True),
-)}
-PRECISIONS = tuple(PRECISION_MODES)
+#: Every precision a manifest, a sweep or a row may name, in the order a campaign measures them: PyTorch's
+#: defaults and the autocast precisions first, then the other variants of float32.
+PRECISIONS = tuple(sorted(TABLE, key=lambda name: (name != DEFAULT_PRECISION, not TABLE[name].autocast)))
+PRECISION_MODES: dict[str, Precision] = {
+    name: Precision(name, TABLE[name].tf32_matmul, TABLE[name].tf32_cudnn,
+                    getattr(torch, TABLE[name].autocast_dtype) if TABLE[name].autocast_dtype else None)
+    for name in PRECISIONS
+}
 
 
 def precision_mode(name: str) -> Precision:

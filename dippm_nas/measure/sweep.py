@@ -21,32 +21,31 @@ library (timm through :func:`~dippm_nas.measure.environment.describe`), never TV
 from __future__ import annotations
 
 import csv
-import math
 import random
-import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.measure.environment import describe, utc_now
 from dippm_nas.measure.precision import PRECISION_MODES, PRECISIONS, running_in
 from dippm_nas.measure.runner import append_rows, measured_keys
+from dippm_nas.measure.sweep_operators import KINDS, OperatorKind, Step
+from dippm_nas.measure.sweep_timing import (
+    ESTIMATE_ITERATIONS,
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    MIN_WINDOW_MS,
+    WARMUP_ITERATIONS,
+    CudaTimer,
+    cpu_timer,
+)
 
 MIB = 2**20
-
-#: Iterations run before timing: the first call pays lazy initialisation (cuBLAS handles, kernel loading).
-WARMUP_ITERATIONS = 3
-#: Iterations timed together to size the window: their mean says how many fit in MIN_WINDOW_MS.
-ESTIMATE_ITERATIONS = 3
-MIN_ITERATIONS = 10
-MAX_ITERATIONS = 200
-MIN_WINDOW_MS = 20.0
 
 #: On CUDA a point may take this share of the memory free when the sweep starts: the allocator's
 #: cache, a kernel's workspace and fragmentation need the rest.
@@ -79,228 +78,6 @@ SWEEP_COLUMNS = [
     "device_kind", "gpu_name", "driver", "cuda", "cudnn", "torch", "timm", "tf32_matmul", "tf32_cudnn",
     "cudnn_benchmark", "cpu", "protocol", "measured_by", "date", "seed",
 ]
-
-Params = Mapping[str, int]
-Step = Callable[[], object]
-
-
-# ---- the operators ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OperatorKind:
-    """What the sweep knows of one operator: how to draw its shapes, count its work and run it.
-
-    ``numels`` gives the elements of its inputs, its weights and its output, from which a point's
-    bytes (and its memory footprint) follow at any dtype; ``flops`` follows the conventions of
-    ``dippm_nas.graph.ops`` (a multiply-add is two FLOPs), so a row and a graph node count alike.
-    """
-
-    name: str
-    #: shapes drawn per round: the operators that dominate real models' time get more
-    weight: int
-    sample: Callable[[random.Random], dict[str, int]]
-    numels: Callable[[Params], tuple[int, int, int]]
-    flops: Callable[[Params], int]
-    build: Callable[[Params, torch.dtype, torch.device], Step]
-
-
-#: The operators a sweep covers, in the order of a round; :func:`register` adds one.
-KINDS: dict[str, OperatorKind] = {}
-
-
-def register(kind: OperatorKind) -> OperatorKind:
-    """Adds an operator to every plan drawn from then on (its shapes come from a stream of its own, so
-    the other kinds' samples, and the keys already measured, do not change)."""
-    KINDS[kind.name] = kind
-    return kind
-
-
-def _size(rng: random.Random, lo: int, hi: int) -> int:
-    """Log-uniform in [lo, hi]; a third rounded down to a multiple of 64 and a third to one of 8, as
-    tensor-core kernels see aligned and unaligned sizes differently."""
-    x = min(hi, max(lo, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
-    r = rng.random()
-    if r < 1 / 3 and x >= 64:
-        x = x // 64 * 64
-    elif r < 2 / 3 and x >= 8:
-        x = x // 8 * 8
-    return x
-
-
-def _log(rng: random.Random, lo: int, hi: int) -> int:
-    return min(hi, max(lo, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
-
-
-#: The spatial sizes of an ImageNet network's stages, which half the spatial draws take.
-_PYRAMID = (7, 14, 28, 56, 112, 224)
-
-
-def _spatial(rng: random.Random) -> int:
-    return rng.choice(_PYRAMID) if rng.random() < 0.5 else _log(rng, 7, 224)
-
-
-def _rand(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    # uniform is several times faster than randn on the CPU; the values do not change the timing
-    return torch.empty(shape, dtype=dtype, device=device).uniform_(-1.0, 1.0)
-
-
-def _conv_out(p: Params) -> int:
-    return (p["h"] + 2 * (p["r"] // 2) - p["r"]) // p["s"] + 1
-
-
-def _sample_gemm(rng: random.Random) -> dict[str, int]:
-    return {"m": _size(rng, 1, 16384), "n": _size(rng, 1, 16384), "k": _size(rng, 1, 16384)}
-
-
-def _sample_bmm(rng: random.Random) -> dict[str, int]:
-    return {"b": _log(rng, 1, 256), **_sample_gemm(rng)}
-
-
-def _sample_conv(rng: random.Random) -> dict[str, int]:
-    n, h = _log(rng, 1, 256), _spatial(rng)
-    r = rng.choices((1, 3, 5, 7), weights=(3, 4, 1.5, 1.5))[0]
-    s = rng.choices((1, 2), weights=(3, 1))[0]
-    mode = rng.choices(("dense", "depthwise", "grouped"), weights=(2, 1, 1))[0]
-    if mode == "depthwise":
-        c = k = g = _size(rng, 8, 2048)
-    elif mode == "grouped":
-        g = rng.choice((2, 4, 8, 16, 32, 64))
-        c, k = (g * max(1, _size(rng, 8, 2048) // g) for _ in range(2))
-    else:
-        g, c, k = 1, 3 if rng.random() < 0.1 else _size(rng, 3, 2048), _size(rng, 8, 2048)
-    return {"n": n, "c": c, "k": k, "h": h, "r": r, "s": s, "g": g}
-
-
-def _sample_elementwise(rng: random.Random) -> dict[str, int]:
-    return {"n": _size(rng, 64, 2**28)}
-
-
-def _sample_rows(rng: random.Random) -> dict[str, int]:
-    return {"m": _size(rng, 1, 2**20), "n": _size(rng, 8, 16384)}
-
-
-def _sample_nchw(rng: random.Random) -> dict[str, int]:
-    return {"n": _log(rng, 1, 256), "c": _size(rng, 8, 2048), "h": _spatial(rng)}
-
-
-def _sample_group_norm(rng: random.Random) -> dict[str, int]:
-    p = _sample_nchw(rng)
-    g = rng.choice((1, 8, 16, 32))
-    return {**p, "c": g * max(1, p["c"] // g), "g": g}
-
-
-def _sample_sdpa(rng: random.Random) -> dict[str, int]:
-    return {"b": _log(rng, 1, 256), "h": _log(rng, 1, 16), "s": _size(rng, 16, 4096), "d": 8 * rng.randint(4, 16)}
-
-
-def _binary(op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
-    def build(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-        x, y = _rand((p["n"],), dtype, device), _rand((p["n"],), dtype, device)
-        return lambda: op(x, y)
-    return build
-
-
-def _unary(op: Callable[[torch.Tensor], torch.Tensor], shape: Callable[[Params], tuple[int, ...]]):
-    def build(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-        x = _rand(shape(p), dtype, device)
-        return lambda: op(x)
-    return build
-
-
-def _build_mm(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    a, b = _rand((p["m"], p["k"]), dtype, device), _rand((p["k"], p["n"]), dtype, device)
-    return lambda: torch.mm(a, b)
-
-
-def _build_linear(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    x, w, b = (_rand(s, dtype, device) for s in ((p["m"], p["k"]), (p["n"], p["k"]), (p["n"],)))
-    return lambda: F.linear(x, w, b)
-
-
-def _build_bmm(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    a, b = _rand((p["b"], p["m"], p["k"]), dtype, device), _rand((p["b"], p["k"], p["n"]), dtype, device)
-    return lambda: torch.bmm(a, b)
-
-
-def _build_conv(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    x = _rand((p["n"], p["c"], p["h"], p["h"]), dtype, device)
-    w = _rand((p["k"], p["c"] // p["g"], p["r"], p["r"]), dtype, device)
-    return lambda: F.conv2d(x, w, None, p["s"], p["r"] // 2, 1, p["g"])
-
-
-def _build_batch_norm(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    x = _rand((p["n"], p["c"], p["h"], p["h"]), dtype, device)
-    mean, weight, bias = (_rand((p["c"],), dtype, device) for _ in range(3))
-    var = _rand((p["c"],), dtype, device).abs_().add_(0.5)
-    return lambda: F.batch_norm(x, mean, var, weight, bias, training=False)
-
-
-def _build_layer_norm(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    x, w, b = _rand((p["m"], p["n"]), dtype, device), _rand((p["n"],), dtype, device), _rand((p["n"],), dtype, device)
-    return lambda: F.layer_norm(x, (p["n"],), w, b)
-
-
-def _build_group_norm(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    x = _rand((p["n"], p["c"], p["h"], p["h"]), dtype, device)
-    w, b = _rand((p["c"],), dtype, device), _rand((p["c"],), dtype, device)
-    return lambda: F.group_norm(x, p["g"], w, b)
-
-
-def _build_sdpa(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    q, k, v = (_rand((p["b"], p["h"], p["s"], p["d"]), dtype, device) for _ in range(3))
-    return lambda: F.scaled_dot_product_attention(q, k, v)
-
-
-def _rows_shape(p: Params) -> tuple[int, ...]:
-    return (p["m"], p["n"])
-
-
-def _nchw(p: Params) -> int:
-    return p["n"] * p["c"] * p["h"] * p["h"]
-
-
-def _pooled(p: Params) -> int:  # max pooling 3x3, stride 2, padding 1
-    return p["n"] * p["c"] * ((p["h"] - 1) // 2 + 1) ** 2
-
-
-register(OperatorKind("mm", 2, _sample_gemm, lambda p: (p["m"] * p["k"] + p["k"] * p["n"], 0, p["m"] * p["n"]),
-                      lambda p: 2 * p["m"] * p["n"] * p["k"], _build_mm))
-register(OperatorKind("linear", 3, _sample_gemm,
-                      lambda p: (p["m"] * p["k"], p["n"] * p["k"] + p["n"], p["m"] * p["n"]),
-                      lambda p: 2 * p["m"] * p["n"] * p["k"], _build_linear))
-register(OperatorKind("bmm", 2, _sample_bmm,
-                      lambda p: (p["b"] * (p["m"] * p["k"] + p["k"] * p["n"]), 0, p["b"] * p["m"] * p["n"]),
-                      lambda p: 2 * p["b"] * p["m"] * p["n"] * p["k"], _build_bmm))
-register(OperatorKind("conv2d", 6, _sample_conv,
-                      lambda p: (_nchw(p), p["k"] * p["c"] // p["g"] * p["r"] ** 2,
-                                 p["n"] * p["k"] * _conv_out(p) ** 2),
-                      lambda p: 2 * p["n"] * p["k"] * _conv_out(p) ** 2 * p["c"] // p["g"] * p["r"] ** 2, _build_conv))
-register(OperatorKind("sdpa", 2, _sample_sdpa, lambda p: (3 * p["b"] * p["h"] * p["s"] * p["d"], 0,
-                                                           p["b"] * p["h"] * p["s"] * p["d"]),
-                      lambda p: 4 * p["b"] * p["h"] * p["s"] ** 2 * p["d"], _build_sdpa))
-for _name, _op in (("add", torch.add), ("mul", torch.mul)):
-    register(OperatorKind(_name, 1, _sample_elementwise, lambda p: (2 * p["n"], 0, p["n"]), lambda p: p["n"],
-                          _binary(_op)))
-for _name, _op in (("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu)):
-    register(OperatorKind(_name, 1, _sample_elementwise, lambda p: (p["n"], 0, p["n"]), lambda p: p["n"],
-                          _unary(_op, lambda p: (p["n"],))))
-register(OperatorKind("sum", 1, _sample_rows, lambda p: (p["m"] * p["n"], 0, p["m"]), lambda p: p["m"] * p["n"],
-                      _unary(lambda x: x.sum(-1), _rows_shape)))
-register(OperatorKind("mean", 1, _sample_rows, lambda p: (p["m"] * p["n"], 0, p["m"]), lambda p: p["m"] * p["n"],
-                      _unary(lambda x: x.mean(-1), _rows_shape)))
-register(OperatorKind("batch_norm", 1, _sample_nchw, lambda p: (_nchw(p), 4 * p["c"], _nchw(p)),
-                      lambda p: 5 * _nchw(p), _build_batch_norm))
-register(OperatorKind("layer_norm", 1, _sample_rows, lambda p: (p["m"] * p["n"], 2 * p["n"], p["m"] * p["n"]),
-                      lambda p: 5 * p["m"] * p["n"], _build_layer_norm))
-register(OperatorKind("group_norm", 1, _sample_group_norm, lambda p: (_nchw(p), 2 * p["c"], _nchw(p)),
-                      lambda p: 5 * _nchw(p), _build_group_norm))
-register(OperatorKind("softmax", 1, _sample_rows, lambda p: (p["m"] * p["n"], 0, p["m"] * p["n"]),
-                      lambda p: 5 * p["m"] * p["n"], _unary(lambda x: torch.softmax(x, -1), _rows_shape)))
-register(OperatorKind("max_pool2d", 1, _sample_nchw, lambda p: (_nchw(p), 0, _pooled(p)), lambda p: 9 * _pooled(p),
-                      _unary(lambda x: F.max_pool2d(x, 3, 2, 1), lambda p: (p["n"], p["c"], p["h"], p["h"]))))
-register(OperatorKind("adaptive_avg_pool2d", 1, _sample_nchw, lambda p: (_nchw(p), 0, p["n"] * p["c"]), _nchw,
-                      _unary(lambda x: F.adaptive_avg_pool2d(x, 1), lambda p: (p["n"], p["c"], p["h"], p["h"]))))
 
 
 # ---- points and the plan ------------------------------------------------------------------------
@@ -352,7 +129,7 @@ class Point:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of one call, counted as ``dippm_nas.graph.ops`` counts them."""
+        """Floating-point operations of one call, counted as ``dippm_nas.graph.operators`` counts them."""
         return KINDS[self.kind].flops(self.shape)
 
     @property
@@ -412,103 +189,6 @@ def sweep_points(seed: int = 0, device_kind: str = "cuda", rounds: int = DEFAULT
                 taken[name] += 1
                 plan.extend(Point(name, shape, precision) for precision in PRECISIONS)
     return plan
-
-
-# ---- timing -------------------------------------------------------------------------------------
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    k = (len(ordered) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def _iterations(estimate_ms: float) -> int:
-    return max(MIN_ITERATIONS, min(MAX_ITERATIONS, math.ceil(MIN_WINDOW_MS / max(estimate_ms, 1e-6))))
-
-
-def _summary(times: list[float], window_s: float, host_ms: float) -> dict[str, object]:
-    ordered = sorted(times)
-    return {"latency_ms_median": statistics.median(ordered), "latency_ms_mean": statistics.fmean(ordered),
-            "latency_ms_p10": _quantile(ordered, 0.1), "latency_ms_p90": _quantile(ordered, 0.9),
-            "iterations": len(times), "window_s": window_s, "host_ms": host_ms,
-            "warmup_iterations": WARMUP_ITERATIONS + ESTIMATE_ITERATIONS}
-
-
-class CudaTimer:
-    """Times a step on the GPU with an event pair per iteration and one synchronisation per point.
-
-    The iterations are queued behind ``torch.cuda._sleep``, long enough for the host to issue them all,
-    so they run back to back: the events bracket the kernels, not the host's launch time (which
-    ``host_ms`` reports apart, as the cost model's host term wants it).
-    """
-
-    def __init__(self) -> None:
-        self.starts = [torch.cuda.Event(enable_timing=True) for _ in range(MAX_ITERATIONS)]
-        self.ends = [torch.cuda.Event(enable_timing=True) for _ in range(MAX_ITERATIONS)]
-        self.cycles_per_ms = self._calibrate()
-
-    def _calibrate(self) -> float | None:
-        """GPU clock cycles per millisecond of ``_sleep``; None where this PyTorch has no ``_sleep``."""
-        sleep = getattr(torch.cuda, "_sleep", None)
-        if sleep is None:
-            return None
-        try:
-            sleep(1000)
-            torch.cuda.synchronize()
-            self.starts[0].record()
-            sleep(2_000_000)
-            self.ends[0].record()
-            self.ends[0].synchronize()
-            elapsed = self.starts[0].elapsed_time(self.ends[0])
-            return 2_000_000 / elapsed if elapsed > 0 else None
-        except Exception:
-            return None
-
-    def __call__(self, step: Step) -> dict[str, object]:
-        """The step's timing row fields."""
-        for _ in range(WARMUP_ITERATIONS):
-            step()
-        torch.cuda.synchronize()
-        begin = time.perf_counter()
-        self.starts[0].record()
-        for _ in range(ESTIMATE_ITERATIONS):
-            step()
-        self.ends[0].record()
-        host_estimate = (time.perf_counter() - begin) * 1e3 / ESTIMATE_ITERATIONS
-        self.ends[0].synchronize()
-        n = _iterations(self.starts[0].elapsed_time(self.ends[0]) / ESTIMATE_ITERATIONS)
-        if self.cycles_per_ms:  # room for the host to queue every iteration before the first runs
-            torch.cuda._sleep(int(min(1.5 * n * host_estimate + 0.1, 250.0) * self.cycles_per_ms))
-        starts, ends = self.starts[:n], self.ends[:n]
-        begin = time.perf_counter()
-        for start, end in zip(starts, ends):
-            start.record()
-            step()
-            end.record()
-        host_ms = (time.perf_counter() - begin) * 1e3 / n
-        ends[-1].synchronize()
-        times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
-        return _summary(times, starts[0].elapsed_time(ends[-1]) / 1e3, host_ms)
-
-
-def cpu_timer(step: Step) -> dict[str, object]:
-    """The step's timing row fields on the CPU: the wall clock around each iteration."""
-    for _ in range(WARMUP_ITERATIONS):
-        step()
-    begin = time.perf_counter()
-    for _ in range(ESTIMATE_ITERATIONS):
-        step()
-    n = _iterations((time.perf_counter() - begin) * 1e3 / ESTIMATE_ITERATIONS)
-    times = []
-    begin = time.perf_counter()
-    for _ in range(n):
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    window = time.perf_counter() - begin
-    return _summary(times, window, window * 1e3 / n)
 
 
 # ---- the sweep ----------------------------------------------------------------------------------

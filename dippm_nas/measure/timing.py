@@ -18,7 +18,7 @@ STABLE_TOLERANCE = 0.02
 MIN_TIMED = 30
 MIN_TIMED_S = 1.0
 #: A slow configuration (a large model at batch 256 in fp32 runs near a second an iteration) would spend
-#: half a minute on MIN_TIMED iterations, and a lease's budget on a handful of them: once the warm-up has
+#: half a minute on MIN_TIMED iterations, and a session's budget on a handful of them: once the warm-up has
 #: run MAX_WARMUP_S, or the window MAX_TIMED_S, MIN_WARMUP and MIN_TIMED_SLOW iterations are enough.
 MAX_WARMUP_S = 5.0
 MAX_TIMED_S = 5.0

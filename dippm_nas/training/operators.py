@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.analytical import HALF_PRECISIONS, peak_tflops
+from dippm_nas.cost.analytical import peak_tflops
 from dippm_nas.cost.kernel_efficiency import (
     GROUPS,
     Operators,
@@ -32,8 +32,10 @@ from dippm_nas.cost.kernel_efficiency import (
     features,
     unit_index,
 )
-from dippm_nas.cost.table import TENSOR_CORE_CHANNEL_MULTIPLE
+from dippm_nas.graph import operators
+from dippm_nas.graph.operators.conv import TENSOR_CORE_CHANNEL_MULTIPLE
 from dippm_nas.hardware.registry import get_device
+from dippm_nas.precisions import precision_named
 from dippm_nas.training.paths import project
 from dippm_nas.training.records import GPU_NAMES, NEUSIGHT_GPUS, origin_of
 
@@ -178,10 +180,13 @@ def load_operator_rows() -> list[OperatorRow]:
 def operators_of(rows: Sequence[OperatorRow]) -> Operators:
     """The rows as the model reads them; all rows must be of one GPU."""
     device = get_device(rows[0].gpu)
-    peak = np.array([peak_tflops(r.category, device, r.precision) * 1e12 for r in rows])
+    peak = np.array([peak_tflops(operators.category_named(r.category).library, device, r.precision) * 1e12
+                     for r in rows])
     group = np.array([GROUPS.index(r.group) for r in rows])
-    half = np.array([r.precision in HALF_PRECISIONS for r in rows])
-    return Operators(group=group, unit=unit_index(peak, group, device, half), element_bytes=np.where(half, 2.0, 4.0),
+    modes = [precision_named(r.precision) for r in rows]
+    half = np.array([m.autocast for m in modes])
+    return Operators(group=group, unit=unit_index(peak, group, device, half),
+                     element_bytes=np.array([float(m.element_bytes) for m in modes]),
                      flops=np.array([r.flops for r in rows]), moved=np.array([r.moved for r in rows]),
                      gemm=np.array([r.gemm for r in rows], dtype=np.float64), peak=peak)
 

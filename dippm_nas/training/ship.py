@@ -1,5 +1,6 @@
-"""Write a fitted PMGNS as the library loads it: safetensors weights beside a JSON card
-(:func:`dippm_nas.cost.learned.load` reads them back)."""
+"""Write a fitted PMGNS as the library loads it: safetensors weights (the members', and a GraphSAGE
+ensemble's fused layout for prediction) beside a JSON card that records the contract of their inputs
+(:mod:`dippm_nas.cost.card`; :func:`dippm_nas.cost.learned.load` reads them back)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import version_numbers
-from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.cost.analytical import AnalyticalCostModel, version_numbers
+from dippm_nas.cost.card import contract
+from dippm_nas.cost.features import one_hot_width
+from dippm_nas.cost.pmgns import TARGETS, FusedSage
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.train import Fitted
 
@@ -22,7 +25,10 @@ def save(fitted: Fitted, ts: TrainingSet, trained_on: np.ndarray, path: Path, ex
 
     path.parent.mkdir(parents=True, exist_ok=True)
     members = torch.nn.ModuleList(fitted.models).state_dict()  # keys "<member>.<parameter>"
-    save_file({k: v.contiguous() for k, v in members.items()}, str(path.with_suffix(".safetensors")))
+    tensors = {k: v.contiguous() for k, v in members.items()}
+    if fitted.config.conv == "sage":
+        tensors |= FusedSage.of(fitted.models, fitted.node_scaling, one_hot_width()).state()
+    save_file(tensors, str(path.with_suffix(".safetensors")))
     records = [ts.records[i] for i in trained_on]
     target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
                       for i, t in enumerate(TARGETS) if t in fitted.config.corrected_targets}
@@ -38,5 +44,6 @@ def save(fitted: Fitted, ts: TrainingSet, trained_on: np.ndarray, path: Path, ex
                            for d in sorted({r.device for r in records})},
         "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
         "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
+        "contract": contract(AnalyticalCostModel()),
     }
     path.with_suffix(".json").write_text(json.dumps(card, indent=1))

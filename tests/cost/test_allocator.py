@@ -97,7 +97,7 @@ def test_memory_is_context_plus_the_replayed_peak(batch):
     m = model.memory(table, "fp16")
     live = m.weights_mib + m.activations_mib + m.workspace_mib
     assert m.allocator_mib >= 0
-    replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes], table.alloc_bytes[:, 1],
+    replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes], table.allocations(2),
                       table.free_step, *model.transient_bytes(table, "fp16")).peak_reserved / MIB
     assert live + m.allocator_mib == pytest.approx(max(replayed, live))
     # the workspace (32 MiB) and the two weights (16 MiB) in segments of their own, the biases and the

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dippm_nas import build_graph, predict, predict_graph
-from dippm_nas.cost.learned import available, load_card
+from dippm_nas.cost.card import load_card
+from dippm_nas.cost.learned import available
 from dippm_nas.hardware import list_devices, registry
 
 pytestmark = pytest.mark.skipif(not available(), reason="no shipped weights (run `dippm-nas train`)")

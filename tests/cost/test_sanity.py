@@ -111,8 +111,8 @@ def test_attention_no_fused_kernel_takes_runs_as_math():
     graphs = {rank: build_graph(Attention(), [TensorSpec(shape, name=n) for n in "qkv"], batch=batch) for rank, shape
               in ((4, (blocks * heads, tokens, dim)), (5, (heads, blocks, tokens, dim)))}
     tables = {rank: NodeTable.of(g) for rank, g in graphs.items()}
-    assert not tables[4].sdpa_math.any()
-    scores, q, k, v, out, mask = tables[5].sdpa_math[tables[5].sdpa_math[:, 0] > 0][0]
+    assert not tables[4].math_fallback.any()
+    scores, q, k, v, out, mask = tables[5].math_fallback[tables[5].math_fallback[:, 0] > 0][0]
     assert scores == batch * blocks * heads * tokens * tokens and q == k == v == out == scores / tokens * dim
     model, gpu = AnalyticalCostModel(), get_device("a100-40gb")
 
@@ -125,7 +125,8 @@ def test_attention_no_fused_kernel_takes_runs_as_math():
 
     (fused, _), (upcast, upcast_peak), (half, half_peak) = (
         attention_cost(4, None), attention_cost(5, None), attention_cost(5, (2, 4)))
-    unfused_peak = model.peak_activations(replace(tables[5], sdpa_math=np.zeros_like(tables[5].sdpa_math)), "fp16")
+    unfused_peak = model.peak_activations(replace(tables[5], math_fallback=np.zeros_like(tables[5].math_fallback)),
+                                          "fp16")
     # float32 scores, softmax, _safe_softmax's bool mask and result live at once
     assert 13 * scores <= upcast_peak - unfused_peak <= 13 * scores + 8 * q + 4 * k + 4 * v
     assert 4 * scores <= half_peak - unfused_peak <= 4 * scores + 2 * q  # half scores and softmax
@@ -473,13 +474,14 @@ def test_autocast_keeps_what_pytorch_keeps_in_float32():
         cnn = nn.Sequential(nn.Conv2d(16, 32, 3), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3))
     g = build_graph(model, (64, 256), batch=4)
     t = NodeTable.of(g)
-    ops = [(n.kind, bool(f32), int(casts)) for n, f32, casts in zip(g.nodes, t.autocast_f32, t.autocast_casts)
+    ops = [(n.kind, bool(f32), int(casts)) for n, f32, casts in zip(g.nodes, t.autocast.stays_f32, t.autocast.casts)
            if not n.is_view]
     assert ops == [("layer_norm", True, 0), ("matmul", False, 1), ("add", True, 0), ("matmul", False, 1)]
     elems = 4 * 64 * 256
     kinds = [n.kind for n in g.nodes]
-    assert t.autocast_bytes[kinds.index("layer_norm")] == elems * (4 + 4)
-    assert t.autocast_bytes[kinds.index("matmul")] == elems * (4 + 2 + 2 + 2)  # cast, read the copy, write
-    assert t.autocast_bytes[kinds.index("add")] == elems * (4 + 2 + 4)
+    moved = t.autocast.moved(2)  # at two bytes an element
+    assert moved[kinds.index("layer_norm")] == elems * (4 + 4)
+    assert moved[kinds.index("matmul")] == elems * (4 + 2 + 2 + 2)  # cast, read the copy, write
+    assert moved[kinds.index("add")] == elems * (4 + 2 + 4)
     tc = NodeTable.of(build_graph(cnn, (16, 32, 32), batch=4))
-    assert not tc.autocast_f32.any() and tc.autocast_casts.tolist() == [1, 0, 0, 0]  # only the stem casts
+    assert not tc.autocast.stays_f32.any() and tc.autocast.casts.tolist() == [1, 0, 0, 0]  # only the stem casts

@@ -14,7 +14,6 @@ from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.features import node_feature_names, static_features, to_pyg
 from dippm_nas.cost.table import NodeTable
 from dippm_nas.graph.batching import scale_batch
-from dippm_nas.graph.signature import graph_signature
 from dippm_nas.hardware import get_device
 
 
@@ -111,7 +110,17 @@ def test_torch_and_onnx_give_the_same_graph(tmp_path):
     assert g_onnx.flops == g_torch.flops
     assert g_onnx.param_bytes == g_torch.param_bytes
     assert len(g_onnx.edges) == len(g_torch.edges)
-    assert graph_signature(g_onnx) == graph_signature(g_torch)
+    assert _operators(g_onnx) == _operators(g_torch)
+
+
+#: The same operator as two frontends spell it: ONNX's global average pooling is a mean over the spatial axes.
+SPELLED_ALIKE = {"mean": "adaptive_avg_pool2d"}
+
+
+def _operators(graph) -> list:
+    """Each operator's kind and shapes, in an order that does not depend on how a frontend numbered them."""
+    return sorted((SPELLED_ALIKE.get(n.kind, n.kind), [t.shape for t in n.inputs], [t.shape for t in n.outputs],
+                   sorted(t.shape for t in n.weights)) for n in graph.nodes)
 
 
 def test_torch_and_onnx_transformer_same_macs(tmp_path):
@@ -128,16 +137,6 @@ def test_torch_and_onnx_transformer_same_macs(tmp_path):
     g_onnx = build_graph(path, batch=2)
     assert g_onnx.macs == g_torch.macs
     assert g_onnx.param_bytes == g_torch.param_bytes
-
-
-def test_signature_is_structural(small_cnn):
-    a = build_graph(small_cnn, (3, 8, 8), batch=1)
-    b = build_graph(small_cnn, (3, 8, 8), batch=1)
-    c = build_graph(small_cnn, (3, 8, 8), batch=2)
-    assert graph_signature(a) == graph_signature(b)
-    assert graph_signature(a) != graph_signature(c)
-    # a subgraph's signature ignores what lies outside it
-    assert graph_signature(a, [0, 1]) == graph_signature(b, [0, 1]) != graph_signature(a, [0, 1, 2])
 
 
 def test_pyg_export(small_cnn):
@@ -235,7 +234,7 @@ def test_unfold_and_fold_are_one_kernel_each_in_their_inputs_precision():
     assert table.kernels[1:].tolist() == [1 + 2, 1, 1]
     assert NodeTable.of(scale_batch(build_graph(OutlookUnfoldFold(), (8, 8, 8), batch=1), 16)).kernels[1] == 1 + 16
     # under autocast they stay in the convolution's half precision: 2 bytes per element
-    assert table.alloc_bytes[1, 1] == 2 * 72 * 16 * 2 and table.alloc_bytes[3, 1] == 2 * 8 * 8 * 8 * 2
+    assert table.allocations(2)[1] == 2 * 72 * 16 * 2 and table.allocations(2)[3] == 2 * 8 * 8 * 8 * 2
 
 
 class HeadsByPermute(nn.Module):
@@ -276,7 +275,7 @@ def test_copies_pytorch_eager_makes_are_nodes():
 def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirectional):
     """TVM would unroll every time step into elementwise nodes; PyTorch runs one cuDNN call."""
     from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel
-    from dippm_nas.graph.ops import RECURRENT_POINTWISE_FLOPS
+    from dippm_nas.graph.operators.recurrent import RECURRENT_POINTWISE_FLOPS
     from dippm_nas.hardware import get_device
 
     steps, batch, d_in, hidden = 20, 4, 32, 48

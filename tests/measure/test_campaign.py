@@ -131,10 +131,10 @@ def test_a_step_run_alone_takes_the_whole_budget_and_the_cli_names_the_same_step
     assert (tmp_path / "out" / "sweeps" / "cpu.csv").exists() and not (tmp_path / "out" / "host").exists()
 
 
-def test_the_lease_script_spends_one_call_and_resumes_from_the_files_it_is_given(tmp_path):
-    """data/measurements/lease.sh on the CPU with a tiny model: every step in its own process, both
+def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_given(tmp_path):
+    """data/measurements/measure_gpu.sh on the CPU with a tiny model: every step in its own process, both
     repeatability passes, at most eight files no deeper than two folders, this GPU's files copied first and
-    only what the lease changed brought back."""
+    only what the session changed brought back."""
     import os
     import subprocess
 
@@ -150,12 +150,13 @@ def test_the_lease_script_spends_one_call_and_resumes_from_the_files_it_is_given
     older = tmp_path / "from" / "cpu.csv"  # model rows of an older protocol, holding the first configuration
     older.write_text("key,model,latency_ms_median\ncallable:tiny_models:tiny|3x16x16|b1|fp32|nchw,x,1.0\n")
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "LEASE_REPEAT_MANIFEST": str(manifest),
-           "LEASE_REPEAT_S": "30", "LEASE_CAMPAIGN_ARGS": f"--manifest {manifest} --kernels-manifest {manifest}"}
-    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "lease.sh"), str(out), "120", "cpu",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+           "SESSION_REPEAT_MANIFEST": str(manifest), "SESSION_REPEAT_S": "30",
+           "SESSION_CAMPAIGN_ARGS": f"--manifest {manifest} --kernels-manifest {manifest}"}
+    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "measure_gpu.sh"), str(out), "120", "cpu",
                            str(tmp_path / "from")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    log = (out / "lease.log").read_text()
+    log = (out / "session.log").read_text()
     for step in ("pass a", "step host", "step sweep", "step models", "step kernels", "pass b"):
         assert f"{step} exit status 0" in log, log[-2000:]
     assert f"resuming from {given}" in log and "host cost already in" in log

@@ -388,7 +388,8 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
 def test_a_prediction_says_how_far_it_is_from_the_training_data():
     from dataclasses import replace
 
-    from dippm_nas.cost.learned import Card, coverage_notes
+    from dippm_nas.cost.card import Card
+    from dippm_nas.cost.learned import coverage_notes
 
     card = Card(config={}, static_features=[], static_scaling=None, node_scaling=None,
                 devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}),

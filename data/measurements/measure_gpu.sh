@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Spends one call of a lent GPU: the repeatability manifest, the campaign's four steps each in a process
-# of its own (a broken CUDA context ends one step, not the lease), the repeatability manifest again.
+# Spends a few minutes of a GPU on ground truth: the repeatability manifest, the campaign's four steps
+# each in a process of its own (a broken CUDA context ends one step, not the session), the repeatability
+# manifest again.
 #
-#   bash data/measurements/lease.sh OUT_DIR [SECONDS] [cuda|cpu] [FROM]
+#   bash data/measurements/measure_gpu.sh OUT_DIR [SECONDS] [cuda|cpu] [FROM]
 #
-# OUT_DIR receives at most eight files, none deeper than two folders (what the device tool brings
-# back): lease.log (everything printed), repeat-a.csv and repeat-b.csv (data/manifests/memcheck.csv
+# OUT_DIR receives at most eight files, none deeper than two folders, to copy back from the GPU's
+# machine: session.log (everything printed), repeat-a.csv and repeat-b.csv (data/manifests/memcheck.csv
 # measured in two fresh processes, first and last), host/, sweeps/, kernels/ and the model rows,
 # each named after the GPU. This GPU's files in FROM (default data/measurements) are copied to
-# OUT_DIR first, so every step resumes where the last lease stopped and each file comes back whole:
+# OUT_DIR first, so every step resumes where the last session stopped and each file comes back whole:
 # copy it over the one in FROM. A copied file that no step changed is removed at the end. SECONDS
 # (default 540) bounds the whole script; every step is also stopped by `timeout` a minute past its
 # budget, which loses at most the configuration in flight.
-# The test of this script sets LEASE_REPEAT_MANIFEST, LEASE_REPEAT_S and LEASE_CAMPAIGN_ARGS (more
+# The test of this script sets SESSION_REPEAT_MANIFEST, SESSION_REPEAT_S and SESSION_CAMPAIGN_ARGS (more
 # arguments for every campaign step) to measure a tiny model instead.
 set -u -o pipefail
 out=${1:?give the folder the files go to}
@@ -21,12 +22,12 @@ device=${3:-cuda}
 from=${4:-data/measurements}
 export PYTHONUNBUFFERED=1
 mkdir -p "$out"
-log="$out/lease.log"
+log="$out/session.log"
 python=$(command -v python3 || command -v python)
 deadline=$((SECONDS + total))
-repeat_manifest=${LEASE_REPEAT_MANIFEST:-data/manifests/memcheck.csv}
-repeat_s=${LEASE_REPEAT_S:-75}  # each pass of the six memcheck configurations
-read -r -a campaign_args <<< "${LEASE_CAMPAIGN_ARGS:-}"
+repeat_manifest=${SESSION_REPEAT_MANIFEST:-data/manifests/memcheck.csv}
+repeat_s=${SESSION_REPEAT_S:-75}  # each pass of the six memcheck configurations
+read -r -a campaign_args <<< "${SESSION_CAMPAIGN_ARGS:-}"
 
 say() { echo "== $(date -u +%FT%TZ) $*" | tee -a "$log"; }
 
@@ -57,7 +58,7 @@ campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 f
     say "step $1 exit status ${PIPESTATUS[0]}"
 }
 
-say "lease: $total s on $device, files to $out"
+say "session: $total s on $device, files to $out"
 copied=()
 slug=$("$python" -c "from dippm_nas.measure.campaign import gpu_slug; print(gpu_slug('$device'))")
 if [ "$(realpath "$from")" != "$(realpath "$out")" ]; then
@@ -75,9 +76,9 @@ campaign_step models 0.85
 campaign_step kernels 1
 repeat_pass b
 gpu_state
-for file in ${copied[@]+"${copied[@]}"}; do  # what comes back is only what this lease wrote
+for file in ${copied[@]+"${copied[@]}"}; do  # what comes back is only what this session wrote
     if cmp -s "$from/$file" "$out/$file"; then
         rm "$out/$file" && say "unchanged, not brought back: $file"
     fi
 done
-say "lease done in $SECONDS s"
+say "session done in $SECONDS s"
