@@ -20,7 +20,7 @@ GIB_IN_MIB = 1024.0
 
 #: MIG-capable GPUs that mig_profiles.csv gives no table for, and the GPU whose table they share
 #: (same chip, same memory size).
-BORROWED_MIG_TABLES = {"a100-40gb-pcie": "a100-40gb"}
+BORROWED_MIG_TABLES = {"a100-40gb-pcie": "a100-40gb", "a100-80gb-pcie": "a100-80gb"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,11 @@ class Device:
     l2_mb: float
     tdp_w: float
     verified: str
+    #: CUDA compute capability (``8.0`` for Ampere's A100): the architecture generation, which decides the
+    #: kernels cuBLAS and cuDNN have for it.
+    compute_capability: float = 0.0
+    #: The process the chip is made in, in nm (4 for TSMC's 4N): with the TDP, what limits the clock it sustains.
+    process_nm: float = 0.0
     note: str = ""
     mig_profiles: tuple[MigProfile, ...] = field(default=())
     #: For a MIG slice, the profile it stands for; None for a whole GPU.
@@ -164,6 +169,8 @@ class Device:
             "memory_bw_gbs": self.memory_bw_gbs,
             "l2_mb": self.l2_mb,
             "tdp_w": self.tdp_w,
+            "compute_capability": self.compute_capability,
+            "process_nm": self.process_nm,
             "verified": self.verified,
             "note": self.note,
             "mig_profiles": [vars(p) | {"usable_mib": p.usable_mib} for p in self.mig_profiles],
@@ -236,6 +243,8 @@ def _registry() -> dict[str, Device]:
             memory_bw_gbs=float(row["memory_bw_gbs"]),
             l2_mb=float(row["l2_mb"]),
             tdp_w=float(row["tdp_w"]),
+            compute_capability=float(row["compute_capability"]),
+            process_nm=float(row["process_nm"]),
             verified=row["verified"],
             note=row["note"],
             mig_profiles=tuple(sorted(profiles.get(key, ()), key=lambda p: (p.usable_gib, p.sm_count)))
