@@ -7,6 +7,7 @@ from typing import Any
 
 from dippm_nas._model_cache import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
+from dippm_nas.cost.card import operator_model_mismatch
 from dippm_nas.cost.coverage import not_covered
 from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
 from dippm_nas.errors import DippmError
@@ -141,7 +142,8 @@ def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: flo
 
 def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str, mode: str = "eager",
               host: str | HostProfile | None = None):
-    """``auto``: the learned model wherever it answers, else the analytical one, saying why."""
+    """``auto``: PMGNS wherever it answers, else the analytical model, saying why. PMGNS and not the operator
+    model: on whole models of GPUs held out of training it errs less on most of them (docs/transfer.md)."""
     execution = {"mode": mode, "host": host}
     if cost_model != "auto":
         return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
@@ -185,12 +187,14 @@ def checked_graph(model: Any, input_shape: InputLike, batch: int) -> ModelGraph:
 
 
 def slowest_operators(graph: ModelGraph, prediction: Prediction, n: int) -> tuple[list[NodeCost], str]:
-    """The ``n`` operators that take the most time, and which model timed them: a learned model
-    corrects the total only, so its operators are timed by the analytical roofline."""
+    """The ``n`` operators that take the most time, and which model timed them: PMGNS corrects the total
+    only, so under it the operators are timed by the operator model (the roofline where its weights do not
+    match this version)."""
     if prediction.estimate and prediction.estimate.nodes:
         return prediction.estimate.top_nodes(n), prediction.estimate.cost_model
-    estimate = get_cost_model("analytical").estimate(graph, get_device(prediction.device), prediction.precision,
-                                                     prediction.layout)
+    timer = "analytical" if operator_model_mismatch() else "operators"
+    estimate = get_cost_model(timer).estimate(graph, get_device(prediction.device), prediction.precision,
+                                              prediction.layout)
     return estimate.top_nodes(n), estimate.cost_model
 
 

@@ -63,3 +63,23 @@ def small_cnn() -> nn.Module:
 def transformer_block() -> nn.Module:
     with torch.device("meta"):
         return TransformerBlock()
+
+
+@pytest.fixture
+def half_4090(monkeypatch):
+    """A made-up GPU added as one CSV row: the RTX 4090's spec sheet with half its SMs, peaks and bandwidth,
+    registered as ``half-4090`` for the test alone."""
+    from dippm_nas.hardware import registry
+
+    rows = registry._read_csv("gpu_specs.csv")
+    halved = dict(next(r for r in rows if r["key"] == "rtx4090"), key="half-4090", name="half an RTX 4090")
+    for column in ("sm_count", "fp32_tflops", "tf32_tflops", "fp16_tensor_tflops_dense",
+                   "bf16_tensor_tflops_dense", "memory_bw_gbs"):
+        halved[column] = str(float(halved[column]) / 2).removesuffix(".0")
+    shipped_reader = registry._read_csv
+    monkeypatch.setattr(registry, "_read_csv",
+                        lambda name: shipped_reader(name) + ([halved] if name == "gpu_specs.csv" else []))
+    registry._registry.cache_clear()
+    yield "half-4090"
+    monkeypatch.undo()
+    registry._registry.cache_clear()

@@ -28,17 +28,19 @@ def test_predict_json(capsys):
     assert data["device"] == "a100-40gb" and data["batch"] == 2 and len(data["top_operators"]) == 3
 
 
-def test_slowest_operators_of_a_learned_prediction_are_the_rooflines(capsys):
-    """PMGNS corrects the total latency only: --top lists the analytical model's per-operator times
-    and says so, rather than an empty table."""
-    code, out, _ = _run(capsys, "predict", "resnet18", "--batch", "2", "--device", "rtx3090", "--precision", "fp16",
-                        "--json", "--top", "3")
+def test_slowest_operators_of_a_learned_prediction_are_the_operator_models(capsys):
+    """PMGNS corrects the total latency only: --top lists the operator model's per-operator times and says
+    so, rather than an empty table; the operator model itself lists its own."""
+    args = ("predict", "resnet18", "--batch", "2", "--device", "rtx3090", "--precision", "fp16", "--top", "3")
+    code, out, _ = _run(capsys, *args, "--json")
     data = json.loads(out)
     assert code == 0 and data["cost_model"].startswith("pmgns")
-    assert len(data["top_operators"]) == 3 and data["top_operators_cost_model"] == "analytical"
-    code, out, _ = _run(capsys, "predict", "resnet18", "--batch", "2", "--device", "rtx3090", "--precision", "fp16",
-                        "--top", "3")
-    assert code == 0 and "as the analytical model times them" in out and "nn.conv2d" in out
+    assert len(data["top_operators"]) == 3 and data["top_operators_cost_model"] == "operators"
+    code, out, _ = _run(capsys, *args)
+    assert code == 0 and "as the operator model times them (pmgns corrects the total" in out and "nn.conv2d" in out
+    code, out, _ = _run(capsys, *args, "--json", "--cost-model", "operators")
+    data = json.loads(out)
+    assert data["cost_model"] == "operators" and data["top_operators_cost_model"] == "operators"
 
 
 def test_predict_table_and_devices_and_mig(capsys):

@@ -68,7 +68,7 @@ BAD_INPUTS = {
                       "no study 'nope'"),
     "directory that is not a model": (["predict", "{tmp}/empty_dir"], "is a directory but holds no model"),
     "file of a kind not read": (["predict", "{tmp}/weights.pt"], "of a kind dippm-nas does not read"),
-    "unknown cost model": (["predict", "resnet18", "--cost-model", "roofline"], "auto, analytical, pmgns"),
+    "unknown cost model": (["predict", "resnet18", "--cost-model", "roofline"], "auto, analytical, operators, pmgns"),
     "unknown device": (["predict", "resnet18", "--device", "a100"], "known devices: a100-40gb"),
     "unknown MIG profile": (["predict", "resnet18", "--device", "a100-40gb:9g.1gb"], "its profiles are"),
     "mig on a GPU without MIG": (["mig", "resnet18", "--device", "rtx4090"], "does not support MIG"),
@@ -153,9 +153,9 @@ def test_cost_model_help_and_error_name_the_registered_models(capsys):
     with pytest.raises(SystemExit):
         main(["predict", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
-    assert "{auto,analytical,pmgns}" in helptext and "pmgns (default: auto)" in helptext
+    assert "{auto,analytical,operators,pmgns}" in helptext and "(default: auto)" in helptext
     _, _, err = _run(capsys, ["predict", "resnet18", "--cost-model", "nope"])
-    assert "(choose from auto, analytical, pmgns)" in err.replace("'", "")
+    assert "(choose from auto, analytical, operators, pmgns)" in err.replace("'", "")
 
 
 def test_margin_bound_is_the_documented_one(capsys):

@@ -46,7 +46,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                              "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
                         help="auto (the learned pmgns on every GPU and precision it can read, else analytical), "
-                             "analytical (the roofline alone) or pmgns (default: auto)")
+                             "analytical (the roofline alone), operators (each kernel learned from its tiles, "
+                             "waves and the spec sheet) or pmgns (a GraphSAGE correction of the roofline's "
+                             "total) (default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
@@ -87,7 +89,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound,
                  c.unit] for c in operators]
         if timed_by != p.cost_model:
-            print(f"\nthe slowest operators as the {timed_by} model times them ({p.cost_model.split(' ')[0]} "
+            timer = {"operators": "operator"}.get(timed_by.split(" ")[0], timed_by.split(" ")[0])
+            print(f"\nthe slowest operators as the {timer} model times them ({p.cost_model.split(' ')[0]} "
                   "corrects the total, not each operator):", end="")
         print("\n" + format_table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound", "unit"]))
     for note in p.notes:

@@ -91,8 +91,47 @@ def _shipper(ts):
     return ship
 
 
+def _operator_data(args: argparse.Namespace):
+    """The project's operator samples and the whole-model records the operator model trains on."""
+    from dippm_nas.training.operator_data import load_operator_samples
+    from dippm_nas.training.operator_records import record_set, training_records
+    from dippm_nas.training.records import load_records
+
+    _project(args)
+    return load_operator_samples(), record_set(training_records(load_records(), args.seed))
+
+
+def cmd_train_operators(args: argparse.Namespace) -> int:
+    """Fit the operator model on every operator sample and training record, and ship it."""
+    from dippm_nas.cost.card import OPERATOR_WEIGHTS
+    from dippm_nas.cost.operator_model import load
+    from dippm_nas.training.operator_training import OperatorTraining, fit
+
+    samples, records = _operator_data(args)
+    model = fit(samples, records, OperatorTraining(seed=args.seed))
+    model.save(OPERATOR_WEIGHTS)
+    load.cache_clear()
+    print(f"operator model trained on {len(samples)} operators of {len(set(samples.gpu))} GPUs and {len(records)} "
+          f"records: {OPERATOR_WEIGHTS}.safetensors, card {OPERATOR_WEIGHTS}.json")
+    return 0
+
+
+def cmd_evaluate_operators(args: argparse.Namespace) -> int:
+    """Each GPU of the operator data held out, and NeuSight's transformers: docs/operators.md."""
+    from dippm_nas.training.operator_report import OperatorFigures, transformer_figures, write_operator_report
+    from dippm_nas.training.operator_training import OperatorTraining, leave_one_gpu_out
+    from dippm_nas.training.paths import project
+
+    samples, records = _operator_data(args)
+    held_out = leave_one_gpu_out(samples, records, OperatorTraining(seed=args.seed))
+    print(f"report: {write_operator_report(OperatorFigures.of(held_out), transformer_figures(), project().docs)}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    """Fit PMGNS on the random split and ship it."""
+    """Fit PMGNS on the random split and ship it (or, with ``--operators``, the operator model)."""
+    if args.operators:
+        return cmd_train_operators(args)
     from dippm_nas.training.metrics import summary
     from dippm_nas.training.splits import random_split
     from dippm_nas.training.train import fit_split, predict_targets
@@ -112,15 +151,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.paths import project
 
     config = _training_config(args)
+    if args.operators:
+        return cmd_evaluate_operators(args)
     if args.leave_one_gpu_out:
         return _leave_one_gpu_out(args, config)
     ts = _training_set(args)
     evaluation = evaluate(ts, config, args.comparison_epochs, ship=_shipper(ts) if args.ship else None)
     report = write_report(evaluation, ts, project().docs)
     if args.ship:  # the shipped model's error figures, from the same run's test predictions
-        from dippm_nas.training.error_table import write_error_table
-
-        print(f"error table: {write_error_table(project().docs / 'accuracy' / 'predictions.csv')}")
+        _write_error_table()
     for name, r in evaluation.results["splits"].items():
         m = r["metrics"]
         print(f"{name:18s} " + "  ".join(f"{k}: MAPE {v['mape']:.1%} tau {v['tau']:.3f} within10 {v['within10']:.1%}"
@@ -145,9 +184,20 @@ def _leave_one_gpu_out(args: argparse.Namespace, config) -> int:
     if missing:
         raise DippmError(f"no record of {', '.join(missing)} in the data set; GPUs with records: "
                          f"{', '.join(sorted(set(ts.devices)))}.")
-    result = evaluate_transfer(ts, config, gpus, models)
+    result = evaluate_transfer(ts, config, gpus, models,
+                               operator_data=_operator_data(args) if "operators" in models else None)
     print(f"report: {write_transfer_report(result, ts, project().docs)}")
+    if args.ship:
+        _write_error_table()
     return 0
+
+
+def _write_error_table() -> None:
+    """Rebuild the shipped error table from the evaluation's and the leave-one-GPU-out run's predictions."""
+    from dippm_nas.training.error_table import write_error_table
+    from dippm_nas.training.paths import project
+
+    print(f"error table: {write_error_table(project().docs / 'accuracy' / 'predictions.csv')}")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -186,16 +236,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--no-refit", action="store_true",
                        help="keep the early-stopped model instead of training again on training + validation "
                             "records for the epochs early stopping chose")
+        t.add_argument("--operators", action="store_true",
+                       help="the operator model instead of PMGNS: trained on NeuSight's operator corpus, the "
+                            "operator sweeps and whole-model records; `evaluate --operators` holds each GPU of the "
+                            "operator data out in turn and predicts NeuSight's transformers (docs/operators.md)")
         if name == "evaluate":
             t.add_argument("--comparison-epochs", type=int, default=10,
                            help="epochs for the GNN comparison (the paper compared at 10)")
             t.add_argument("--ship", action="store_true",
-                           help="also ship the random split's model, exactly what `train` would write")
+                           help="also ship the random split's model, exactly what `train` would write, and "
+                                "rebuild the error table predictions cite (with --leave-one-gpu-out: the table "
+                                "alone, from this run's held-out predictions)")
             t.add_argument("--leave-one-gpu-out", action="store_true",
                            help="instead: hold each GPU out in turn (train without its records, test on all of "
                                 "them) and write docs/transfer.md")
-            t.add_argument("--models", default="analytical,pmgns",
-                           help="with --leave-one-gpu-out: the models to score (default: analytical,pmgns; "
-                                "pmgns trains once per GPU)")
+            t.add_argument("--models", default="analytical,operators,pmgns",
+                           help="with --leave-one-gpu-out: the models to score (default: analytical,operators,"
+                                "pmgns; operators and pmgns train once per GPU)")
             t.add_argument("--gpus", default="", help="with --leave-one-gpu-out: only these GPUs, comma-separated")
         t.set_defaults(func=func)

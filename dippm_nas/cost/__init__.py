@@ -6,7 +6,7 @@
 
 >>> from dippm_nas.cost import cost_model_names
 >>> cost_model_names()
-['analytical', 'pmgns']
+['analytical', 'operators', 'pmgns']
 """
 
 from dippm_nas.cost.analytical import AnalyticalCostModel
@@ -23,6 +23,12 @@ from dippm_nas.cost.base import (
 )
 
 
+def _operators() -> CostModel:
+    from dippm_nas.cost.operator_cost import OperatorCostModel
+
+    return OperatorCostModel()
+
+
 def _pmgns() -> CostModel:
     from dippm_nas.cost.learned import PMGNSCostModel
 
@@ -30,6 +36,7 @@ def _pmgns() -> CostModel:
 
 
 register_cost_model("analytical", AnalyticalCostModel)
+register_cost_model("operators", _operators)
 register_cost_model("pmgns", _pmgns)
 
 __all__ = [

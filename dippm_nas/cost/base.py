@@ -75,10 +75,11 @@ class Estimate:
         return sorted(self.nodes, key=lambda c: c.time_ms, reverse=True)[:n]
 
 
-class NotCovered(LookupError):
+class NotCovered(DippmError, LookupError):
     """A cost model cannot answer this request (a device, precision or graph it was not trained for).
 
-    :func:`dippm_nas.predict_graph` then falls back to the analytical model and says why.
+    Under the default (``auto``), :func:`dippm_nas.predict_graph` then falls back to the analytical model
+    and says why; a model named explicitly raises it, and the CLI says it as one line.
     """
 
 

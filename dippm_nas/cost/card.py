@@ -47,6 +47,8 @@ REFERENCE_REQUESTS = (
 #: Relative difference under which a reference input counts as the same (rounding across platforms).
 REFERENCE_RTOL = 1e-6
 RETRAIN = "retrain them with `dippm-nas train` in a dippm-nas checkout (or run --cost-model analytical)"
+#: Where the shipped operator model lives (``operators.safetensors`` beside its card ``operators.json``).
+OPERATOR_WEIGHTS = WEIGHTS / "operators"
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,19 @@ def load_card(path: Path = WEIGHTS / "pmgns") -> Card:
                 {t: tuple(d) for t, d in raw["target_devices"].items()}, raw["torch_versions"], raw,
                 tuple((b, c) for b, c in raw.get("batches", ())), raw.get("test_latency", {}).get("mape"),
                 raw.get("held_out_family_latency", {}).get("mape"))
+
+
+def operator_model_mismatch(path: Path = OPERATOR_WEIGHTS) -> str | None:
+    """Why the operator model at ``path`` cannot answer, or None where it can: no weights, or a card of other
+    features than this version computes. Needs no torch."""
+    from dippm_nas.cost.kernel_structure import FEATURE_NAMES
+
+    if not (path.with_suffix(".safetensors").exists() and path.with_suffix(".json").exists()):
+        return f"no trained operator model at {path}.safetensors (run `dippm-nas train --operators`)"
+    if read_card(path).get("features") != list(FEATURE_NAMES):
+        return ("the operator model was trained on other features than this version computes: retrain it with "
+                "`dippm-nas train --operators` in a dippm-nas checkout")
+    return None
 
 
 # ---- the contract -------------------------------------------------------------------------------

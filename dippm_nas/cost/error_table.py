@@ -57,6 +57,10 @@ GROUPS: dict[str, dict[str, object]] = {
     "pmgns/device": {"cost_model": "pmgns", "splits": ("without *",),
                      "gpu_in_training": False, "family_in_training": None,
                      "description": "records of a GPU held out of its training (leave one GPU out)"},
+    "operators/device": {"cost_model": "operators", "splits": ("without *",), "gpu_in_training": False,
+                         "family_in_training": None,
+                         "description": "records of a GPU held out of the operator model's training, its operators "
+                                        "and its records (leave one GPU out)"},
     "analytical/all": {"cost_model": "analytical", "splits": None, "gpu_in_training": None,
                        "family_in_training": None,
                        "description": "measured test records (every split's, each once; it trains on nothing)"},
@@ -120,7 +124,7 @@ class ErrorFigure:
     @property
     def note(self) -> str:
         """The one line a prediction's notes carry."""
-        name = "PMGNS" if self.cost_model == "pmgns" else "the analytical model"
+        name = {"pmgns": "PMGNS", "operators": "the operator model"}.get(self.cost_model, "the analytical model")
         line = f"latency error: {name}'s MAPE was {self.mape:.1%} (median {self.median_ape:.1%}) on {self.basis}"
         if self.widened:
             line += "; " + "; ".join(self.widened)
@@ -137,6 +141,8 @@ class ErrorFigure:
 
 
 def _group_for(cost_model: str, family_in_training: bool | None, gpu_in_training: bool) -> str:
+    if cost_model == "operators":  # its figures are of GPUs held out, whether or not it saw the request's
+        return "operators/device"
     if cost_model != "pmgns":
         return "analytical/all"
     if not gpu_in_training:
@@ -150,7 +156,7 @@ _GROUP_SPLIT = {"pmgns/random": "random", "pmgns/family": "family", "analytical/
 
 def lookup(cost_model: str, device: str, precision: str, batch: int, *, family_in_training: bool | None = None,
            gpu_in_training: bool = True, table: dict | None = None) -> ErrorFigure | None:
-    """The error figure for a prediction by ``cost_model`` (``pmgns`` or ``analytical``; a label such as
+    """The error figure for a prediction by ``cost_model`` (``operators``, ``pmgns`` or ``analytical``; a label such as
     ``"pmgns (latency learned; ...)"`` works too) on ``device`` (a MIG slice counts as its whole GPU) at
     ``precision`` and ``batch``; ``family_in_training`` and ``gpu_in_training`` say what PMGNS saw.
 

@@ -9,7 +9,8 @@ out of training. A precision without records is read as its stand-in (the precis
 the network gives what it read applies to the request's own roofline (a 7g slice, which has every SM,
 predicts as its GPU does). Where the card has neither the precision nor its stand-in, or its weights were
 trained on other inputs than this version computes (:mod:`dippm_nas.cost.card`), it raises
-:class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so. Latency is learned on every device of the card; energy and memory only on the devices where the
+:class:`NotCovered` and :func:`dippm_nas.predict_graph` falls back to the analytical model, saying so.
+Latency is learned on every device of the card; energy and memory only on the devices where the
 harness measured them, and only where the training configuration applies their correction (the card's
 ``target_devices``). Elsewhere energy is the analytical power times the learned time and memory the
 analytical liveness model, and the cost-model label says which.
@@ -18,8 +19,6 @@ analytical liveness model, and the cost-model label says which.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache, cached_property
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_
 from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
 from dippm_nas.cost.pmgns import FUSED_PREFIX, PMGNS, TARGETS, FusedSage, log_latency
 from dippm_nas.cost.table import node_table
+from dippm_nas.cost.threads import one_thread
 from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
@@ -69,21 +69,6 @@ def load_weights(path: Path = WEIGHTS / "pmgns") -> dict[str, torch.Tensor]:
 
 
 available = weights_available
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block on one torch thread, restoring the count after.
-
-    One prediction is a few hundred rows: torch's intra-op threads only wait on each other, and on a
-    busy machine (parallel NAS workers) they make it many times slower.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @cache

@@ -134,6 +134,7 @@ class NodeTable:
     kernels: np.ndarray
     math_fallback: np.ndarray  # [n, 6]: the ``math_fallback`` hook's columns, else zeros
     gemm: np.ndarray  # [n, 4]: batches, M, N, K of the GEMM an operator runs (the ``gemm`` hook), else zeros
+    rows: np.ndarray  # [n, 2]: rows and row length a reduction or normalisation works through (``rows``), else zeros
     #: allocator bytes of the outputs, by the element size of the precision (:meth:`allocations`)
     alloc_bytes: dict[int | None, np.ndarray]
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
@@ -222,15 +223,22 @@ class NodeTable:
             alloc_bytes[lower] = alloc - np.where(autocast.stays_f32, 0.0, saving)
         nbytes, other_bytes, per_sample_bytes = (tensors.per_node(v) for v in (
             tensors.bytes, ~tensors.f32 * tensors.bytes, tensors.per_sample_count * tensors.size))
-        columns = {"math_fallback": np.zeros((n, 6)), "gemm": np.zeros((n, 4)), "serial_loop": np.zeros((n, 2))}
+        columns = {"math_fallback": np.zeros((n, 6)), "gemm": np.zeros((n, 4)), "serial_loop": np.zeros((n, 2)),
+                   "rows": np.zeros((n, 2))}
         for hook, column in columns.items():
             for i in _hooked(kind, hook):
                 column[i] = _hook(nodes[i], hook)(nodes[i])
+        # every other operator works along its output's last axis
+        unhooked = np.flatnonzero(~np.isin(kind, operators.kind_table().hooks["rows"]))
+        columns["rows"][unhooked, 1] = out_dims1[unhooked, np.maximum(np.minimum(rank[unhooked], MAX_RANK) - 1, 0)]
+        lengths = np.maximum(columns["rows"][unhooked, 1], 1.0)
+        columns["rows"][unhooked, 0] = tensors.per_node(tensors.count)[1][unhooked] / lengths
         serial = columns["serial_loop"]
         return cls(
             batch=graph.batch, kind=kind, category=category, is_view=is_view, has_weights=has_weights,
             kernels=np.fromiter(map(_kernels, nodes), dtype=np.float64, count=n), nchw_transposed_numel=transposed,
             cuda_core_conv=cuda_core_conv, math_fallback=columns["math_fallback"], gemm=columns["gemm"],
+            rows=columns["rows"],
             serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
             flops=flops, f32_read=f32_in, f32_written=f32_out, autocast=autocast,
             other_bytes=other_bytes[0] + other_bytes[1], weight_numel=tensors.per_node(tensors.count)[2],

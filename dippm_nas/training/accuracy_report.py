@@ -201,8 +201,11 @@ def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Pat
              "Written by `dippm-nas evaluate --leave-one-gpu-out` on the committed data set "
              f"({len(ts.records)} records of {len(set(ts.devices))} GPUs). For each GPU, "
              + (f"PMGNS is trained without any of its records ({_training_settings(result.config)}; early stopping "
-                "on 15 % of the other GPUs' records, so nothing is chosen on the held-out GPU) and "
+                "on 15 % of the other GPUs' records, so nothing is chosen on the held-out GPU), "
                 if "pmgns" in result.models else "")
+             + ("the operator model without its records and operators or those of another board of its chip, "
+                if "operators" in result.models else "")
+             + ("and " if set(result.models) - {"analytical"} else "")
              + "every one of its records is predicted: what a user of a GPU never measured gets. The analytical "
              "model has nothing to train. Metrics: MAPE, Kendall tau between predicted and measured, share within "
              f"+-10 %. The bar: MAPE <= {mape_bar:.0%} and tau >= {tau_bar:.2f} per GPU.", "",

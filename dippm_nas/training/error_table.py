@@ -36,12 +36,15 @@ def _cell(records: list[tuple[dict[str, str], float]]) -> dict[str, object]:
 
 
 def _group_records(rows: list[dict[str, str]], group: str) -> list[tuple[dict[str, str], float]]:
-    """(record, absolute percentage error) of ``group``'s cost model over its records."""
+    """(record, absolute percentage error) of ``group``'s cost model over its records (a run that did not score
+    the cost model has none)."""
     spec = GROUPS[group]
     column = f"{spec['cost_model']}_ms"
     out, seen = [], set()
     for row in rows:
         if spec["splits"] is not None and not any(fnmatch.fnmatchcase(row["split"], s) for s in spec["splits"]):
+            continue
+        if not row.get(column):
             continue
         if spec["splits"] is None:  # the analytical model: each record once, whichever split tested it
             key = tuple(row[k] for k in RECORD_KEYS)

@@ -29,7 +29,8 @@ GPU_NAMES = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200", "NVIDIA
              "NVIDIA GeForce RTX 3090": "rtx3090"}
 #: NeuSight's GPU folder names -> device registry keys.
 NEUSIGHT_GPUS = {"NVIDIA_A100-PCIE-40GB": "a100-40gb-pcie", "Tesla_V100-PCIE-32GB": "v100-pcie-32gb",
-                 "Tesla_T4": "t4"}
+                 "Tesla_T4": "t4", "Tesla_P100-PCIE-16GB": "p100-pcie-16gb", "Tesla_P4": "p4",
+                 "NVIDIA_A100_80GB_PCIe": "a100-80gb-pcie"}
 #: How NeuSight measured its labels (its ``neusight/Tracing/trace.py``, ``measure_e2e``).
 NEUSIGHT_PROTOCOL = ("NeuSight measure_e2e: transformers model from its config (the architecture the config "
                      "names, eager attention), random weights, fp32 without autocast (cuDNN TF32 off, matmuls "

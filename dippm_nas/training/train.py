@@ -45,7 +45,7 @@ class TrainConfig:
     #: Width of the graph convolutions. Chosen on the family split's validation set: wider convolutions
     #: generalise better to unseen families, but a prediction's convolutions cost about the width
     #: squared, and this width keeps PMGNS well inside the 5 ms prediction-time bar
-    #: (``benchmarks/pmgns_speed.py`` times it).
+    #: (``benchmarks/prediction_speed.py`` times it).
     hidden: int = 96
     warmup_epochs: int = 5
     #: The model validated and kept is an exponential moving average of the weights, updated after

@@ -1,8 +1,9 @@
 """Leave one GPU out: what a user of a GPU the model never saw gets.
 
-For each GPU with data, the learned model is trained without any of its records (early stopping on a
-validation share of the other GPUs' records, so nothing is chosen on the held-out GPU) and tested on
-all of them, beside the analytical model, which has nothing to train. Figures per GPU, and per
+For each GPU with data, the learned models are trained without any of its records (PMGNS early stopping
+on a validation share of the other GPUs' records, so nothing is chosen on the held-out GPU; the operator
+model also without its operators) and tested on all of them, beside the analytical model, which has
+nothing to train. Figures per GPU, and per
 precision and batch range within it, for latency and, where the GPU's records measured it, energy.
 """
 
@@ -16,11 +17,14 @@ import numpy as np
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.evaluate import prediction_rows
 from dippm_nas.training.metrics import summary
+from dippm_nas.training.operator_data import OperatorSamples
+from dippm_nas.training.operator_records import RecordSet
+from dippm_nas.training.records import Record
 from dippm_nas.training.splits import Split, leave_gpu_out
 from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
 
-#: The models a leave-one-GPU-out run can score; ``pmgns`` trains once per held-out GPU.
-TRANSFER_MODELS = ("analytical", "pmgns")
+#: The models a leave-one-GPU-out run can score; ``operators`` and ``pmgns`` train once per held-out GPU.
+TRANSFER_MODELS = ("analytical", "operators", "pmgns")
 #: Batch ranges the figures are broken down by: (label, smallest, largest).
 BATCH_RANGES = (("1", 1, 1), ("2-8", 2, 8), ("9-64", 9, 64), ("65-256", 65, 256), (">256", 257, 1 << 30))
 #: The bars the cost-model issue sets on leave-one-GPU-out latency: MAPE and Kendall tau per GPU.
@@ -95,9 +99,41 @@ class TransferEvaluation:
         return out
 
 
+def _operators_without(gpu: str, test: list[Record], data: tuple[OperatorSamples, RecordSet] | None) -> np.ndarray:
+    """Latency and energy of the ``test`` records by the operator model trained without ``gpu`` (and a GPU of
+    the same chip): neither its operators nor its records."""
+    import tempfile
+    from pathlib import Path
+
+    from dippm_nas.cost.operator_cost import OperatorCostModel
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.hardware.registry import get_device
+    from dippm_nas.training.dataset import load_graphs
+    from dippm_nas.training.operator_training import OperatorTraining, chip_of, fit, without
+
+    if data is None:
+        raise ValueError("scoring the operator model needs its operator samples and training records")
+    samples, records = data
+    fold = chip_of(gpu)
+    model = fit(samples.take(np.flatnonzero(~np.isin(samples.gpu, fold))), without(records, fold), OperatorTraining())
+    graphs = load_graphs({r.graph_key for r in test})
+    out = np.full((len(test), 2), np.nan)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "operators"
+        model.save(path)
+        cost = OperatorCostModel(path)
+        for i, r in enumerate(test):
+            graph = scale_batch(graphs[r.graph_key], r.batch)
+            estimate = cost.estimate(graph, get_device(r.device), r.precision, r.layout)
+            out[i] = estimate.latency_ms, estimate.energy_j
+    return out
+
+
 def evaluate_transfer(ts: TrainingSet, config: TrainConfig, gpus: list[str] | None = None,
-                      models: tuple[str, ...] = TRANSFER_MODELS, progress: bool = True) -> TransferEvaluation:
-    """Hold out each GPU of ``gpus`` (default: every GPU in ``ts``) in turn and score ``models`` on it."""
+                      models: tuple[str, ...] = TRANSFER_MODELS, progress: bool = True,
+                      operator_data: tuple[OperatorSamples, RecordSet] | None = None) -> TransferEvaluation:
+    """Hold out each GPU of ``gpus`` (default: every GPU in ``ts``) in turn and score ``models`` on it;
+    ``operators`` needs ``operator_data`` (its operator samples and training records)."""
     unknown = set(models) - set(TRANSFER_MODELS)
     if unknown:
         raise ValueError(f"unknown models {sorted(unknown)}; known: {', '.join(TRANSFER_MODELS)}")
@@ -113,6 +149,8 @@ def evaluate_transfer(ts: TrainingSet, config: TrainConfig, gpus: list[str] | No
         best_epoch = None
         if "analytical" in models:
             predicted["analytical"] = ts.analytical[split.test][:, :2]
+        if "operators" in models:
+            predicted["operators"] = _operators_without(gpu, [ts.records[i] for i in split.test], operator_data)
         if "pmgns" in models:
             fitted = fit_split(ts, split, config, progress=progress, label=f"sage/without {gpu}")
             every = predict_targets(fitted, ts, split.test, every_correction=True)

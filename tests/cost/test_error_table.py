@@ -98,6 +98,20 @@ def test_unseen_family_and_unseen_gpu_use_their_splits(rows):
     assert e.group == "pmgns/device" and e.records == n and e.mape == pytest.approx(device, abs=1e-6)
 
 
+def test_the_operator_model_cites_its_figure_on_the_gpu_held_out(graphs):
+    """The operator model trains on every GPU's operators and records: the figure it cites is from the run
+    that held the request's GPU out of all of them."""
+    with TRANSFER.open() as f:
+        held_out = [r for r in csv.DictReader(f) if r["split"] == "without rtx4090"
+                    and batch_bin(int(r["batch"])) == "256-1023" and r["precision"] == "fp16"]
+    expected, n = _mape(held_out, "operators")
+    p = predict_graph(graphs[256], "rtx4090", "fp16", "operators")
+    e = p.latency_error
+    assert p.cost_model == "operators" and e.group == "operators/device"
+    assert e.records == n and e.mape == pytest.approx(expected, abs=1e-6)
+    assert p.notes[-1].startswith("latency error: the operator model's MAPE")
+
+
 def test_sparse_cells_widen_and_say_so():
     e = lookup("pmgns", "h100-sxm:7g.80gb", "fp16", 64, family_in_training=True)
     assert e.devices == ("h100-sxm",) and e.records >= MIN_RECORDS

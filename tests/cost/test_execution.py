@@ -30,10 +30,11 @@ def test_cuda_graphs_mode_has_no_host_term(resnet):
     assert p.latency_ms == pytest.approx(graphs.time_s.sum() * 1e3)
 
 
-def test_the_learned_model_corrects_the_gpu_time_of_either_mode(resnet):
-    eager = predict_graph(resnet, "h100-sxm", "fp16")
-    graphs = predict_graph(resnet, "h100-sxm", "fp16", mode="cuda-graphs")
-    assert eager.cost_model == graphs.cost_model and eager.cost_model.startswith("pmgns")
+@pytest.mark.parametrize("cost_model, name", [("auto", "pmgns"), ("operators", "operators")])
+def test_the_learned_models_time_the_gpu_of_either_mode(resnet, cost_model, name):
+    eager = predict_graph(resnet, "h100-sxm", "fp16", cost_model)
+    graphs = predict_graph(resnet, "h100-sxm", "fp16", cost_model, mode="cuda-graphs")
+    assert eager.cost_model == graphs.cost_model and eager.cost_model.startswith(name)
     assert graphs.latency_ms < eager.latency_ms and eager.host == "h100-harness"
 
 

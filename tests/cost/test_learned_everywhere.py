@@ -1,5 +1,5 @@
-"""The shipped learned model answers on every GPU of the registry and every precision it has a peak for,
-including a GPU added to the registry as one CSV row, with no retraining."""
+"""The shipped PMGNS answers on every GPU of the registry and every precision it has a peak for, including a
+GPU added to the registry as one CSV row, with no retraining."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from dippm_nas import build_graph, predict, predict_graph
 from dippm_nas.cost.card import load_card
 from dippm_nas.cost.learned import available
-from dippm_nas.hardware import list_devices, registry
+from dippm_nas.hardware import list_devices
 
 pytestmark = pytest.mark.skipif(not available(), reason="no shipped weights (run `dippm-nas train`)")
 
@@ -28,34 +28,21 @@ def test_every_registry_gpu_and_precision_gets_the_learned_model(resnet18_b32):
     card = load_card()
     for device in list_devices():
         for precision in device.precisions:
-            p = predict_graph(resnet18_b32, device.key, precision)
+            p = predict_graph(resnet18_b32, device.key, precision, "pmgns")
             assert p.cost_model.startswith("pmgns"), (device.key, precision, p.notes)
             measured = device.key in card.devices
             assert measured != any(f"no record of {device.key}" in n for n in p.notes), (device.key, p.notes)
             assert (p.latency_error.group == "pmgns/device") != measured
         if device.has_mig:
-            smallest = predict_graph(resnet18_b32, f"{device.key}:{device.mig_profiles[0].name}", "fp16")
+            smallest = predict_graph(resnet18_b32, f"{device.key}:{device.mig_profiles[0].name}", "fp16", "pmgns")
             assert smallest.cost_model.startswith("pmgns")
 
 
-def test_a_gpu_added_as_one_csv_row_is_predicted_without_retraining(monkeypatch, resnet18_b32):
-    """A made-up GPU: the RTX 4090's spec sheet with half its SMs, peaks and bandwidth. Nothing measured it,
-    so the learned model reads its row and predicts it slower than the 4090 it was halved from."""
-    rows = registry._read_csv("gpu_specs.csv")
-    halved = dict(next(r for r in rows if r["key"] == "rtx4090"), key="half-4090", name="half an RTX 4090")
-    for column in ("sm_count", "fp32_tflops", "tf32_tflops", "fp16_tensor_tflops_dense",
-                   "bf16_tensor_tflops_dense", "memory_bw_gbs"):
-        halved[column] = str(float(halved[column]) / 2).removesuffix(".0")
-    shipped_reader = registry._read_csv
-    monkeypatch.setattr(registry, "_read_csv",
-                        lambda name: shipped_reader(name) + ([halved] if name == "gpu_specs.csv" else []))
-    registry._registry.cache_clear()
-    try:
-        new = predict_graph(resnet18_b32, "half-4090", "fp16")
-        whole = predict_graph(resnet18_b32, "rtx4090", "fp16")
-    finally:
-        monkeypatch.undo()
-        registry._registry.cache_clear()
+def test_a_gpu_added_as_one_csv_row_is_predicted_without_retraining(half_4090, resnet18_b32):
+    """Nothing measured the made-up GPU, so the learned model reads its row and predicts it slower than the
+    4090 it was halved from."""
+    new = predict_graph(resnet18_b32, half_4090, "fp16", "pmgns")
+    whole = predict_graph(resnet18_b32, "rtx4090", "fp16", "pmgns")
     assert new.cost_model.startswith("pmgns")
     assert any("no record of half-4090" in n for n in new.notes)
     assert new.latency_ms > 1.2 * whole.latency_ms

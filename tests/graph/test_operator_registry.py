@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from dippm_nas import predict
+from dippm_nas.cost.base import NotCovered
 from dippm_nas.graph import operators
 
 #: The FLOPs the test's operator counts per element written: a polynomial approximation's.
@@ -25,9 +26,10 @@ def _atan_flops(args, outs, attrs) -> int:
 
 
 def test_add_operator_in_one_place(tmp_path, monkeypatch):
-    """A kind registered from this file alone: the graph reads it, the analytical model prices it, a cached
-    graph built before it was registered is not read again, and the default model, whose card does not know
-    the kind, falls back to the analytical one with a note that says why and how to retrain."""
+    """A kind registered from this file alone: the graph reads it, the analytical model prices it, the operator
+    model times it as the kind of kernel its category runs, a cached graph built before it was registered is
+    not read again, and PMGNS, whose card does not know the kind, declines with a line that says why and how
+    to retrain: the default then falls back to the analytical model and says so."""
     monkeypatch.setenv("DIPPM_NAS_NO_CACHE", "0")
     monkeypatch.setenv("DIPPM_NAS_CACHE_DIR", str(tmp_path))
     elements = 4 * 1024
@@ -41,6 +43,10 @@ def test_add_operator_in_one_place(tmp_path, monkeypatch):
         assert len(atan) == 1 and atan[0].flops == ATAN_FLOPS_PER_ELEMENT * elements and atan[0].time_ms > 0
         assert after.cost_model == "analytical"
         assert any("another operator vocabulary (added: atan)" in n and "dippm-nas train" in n for n in after.notes)
+        with pytest.raises(NotCovered, match=r"another operator vocabulary \(added: atan\).*dippm-nas train"):
+            predict(Atan(), (1024,), batch=4, device="a100-40gb", cost_model="pmgns")
+        timed = predict(Atan(), (1024,), batch=4, device="a100-40gb", cost_model="operators")
+        assert timed.cost_model == "operators" and any(c.op == "atan" and c.time_ms > 0 for c in timed.estimate.nodes)
         graph = operators.lookup("relax.atan")
         assert (graph.kind, graph.category) == ("atan", "activation")
         analytical = predict(Atan(), (1024,), batch=4, device="h100-sxm", precision="fp16", cost_model="analytical")

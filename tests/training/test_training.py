@@ -291,11 +291,14 @@ def test_shipped_weights_load_as_safetensors_and_predict_on_one_thread():
     threads = torch.get_num_threads()
     trained = predict("resnet18", batch=64, device="rtx4090", precision="fp16")
     assert trained.cost_model.startswith("pmgns") and any("was in its training data" in n for n in trained.notes)
+    assert predict("resnet18", batch=64, device="rtx4090", precision="fp16",
+                   cost_model="operators").cost_model == "operators"
     assert torch.get_num_threads() == threads  # one thread inside a prediction, the caller's setting after
     assert predict("resnet18", batch=64, device="rtx4090", precision="fp16",
                    cost_model="analytical").cost_model == "analytical"  # still selectable
-    raw = (Path(__file__).resolve().parents[2] / "dippm_nas" / "cost" / "weights" / "pmgns.safetensors").read_bytes()
-    assert not raw.startswith(b"\x80")  # safetensors, never a pickle
+    weights = Path(__file__).resolve().parents[2] / "dippm_nas" / "cost" / "weights"
+    for name in ("pmgns", "operators"):
+        assert not (weights / f"{name}.safetensors").read_bytes().startswith(b"\x80")  # safetensors, never a pickle
 
 
 def test_a_model_without_operators_costs_its_memory_only():
@@ -420,7 +423,7 @@ def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu(small_training_set, 
         assert set(ts.devices[split.test]) == {gpu} and gpu not in set(ts.devices[split.train])
         assert gpu not in set(ts.devices[split.val]) and len(split.test) == int((ts.devices == gpu).sum())
     result = evaluate_transfer(ts, TrainConfig(epochs=1, batch_size=16), gpus=["rtx4090", "h100-sxm"],
-                               progress=False)
+                               models=("analytical", "pmgns"), progress=False)
     [rtx, h100] = result.held_out
     assert set(rtx.predicted) == {"analytical", "PMGNS"} and rtx.metrics(1) == {}  # timm measured no energy
     assert h100.metrics(1) and rtx.metrics(0)["analytical"]["mape"] == pytest.approx(

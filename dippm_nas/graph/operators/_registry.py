@@ -65,7 +65,9 @@ class Category:
     ``library``: the library whose kernels run its arithmetic (``cudnn``, ``cublas``; a key of
     :data:`dippm_nas.precisions.TF32_FLAGS`), which may put it on tensor cores; None for the CUDA cores;
     ``takes_bias``: a bias add right after it is its epilogue (cuDNN's and cuBLAS's kernels fuse it);
-    ``noun``: what a note calls one of its operators where it tells them apart (plural with an ``s``).
+    ``noun``: what a note calls one of its operators where it tells them apart (plural with an ``s``);
+    ``kernel``: the kind of kernel its operators run, as the operator-level cost model groups them
+    (:data:`dippm_nas.cost.kernel_structure.GROUPS`).
     """
 
     name: str
@@ -76,6 +78,7 @@ class Category:
     is_view: bool = False
     layout: LayoutRule | None = None
     noun: str = ""
+    kernel: str = "elementwise"
 
     @property
     def index(self) -> int:
@@ -94,7 +97,8 @@ class Operator:
     its category may use; ``nchw_transpose``: the input elements cuDNN transposes to NHWC before it runs
     on tensor cores; ``math_fallback``: what eager's unfused fallback works on (see the attention family);
     ``serial_loop``: (iterations each thread runs one after another, thread blocks) of a kernel that loops
-    over planes in every thread.
+    over planes in every thread; ``rows``: (rows, row length) of the tensor a reduction or normalisation
+    kernel works through one row at a time.
     """
 
     kind: str
@@ -113,6 +117,9 @@ class Operator:
     nchw_transpose: Callable[[Node], int] | None = None
     math_fallback: Callable[[Node], tuple[float, ...]] | None = None
     serial_loop: Callable[[Node], tuple[int, int]] | None = None
+    rows: Callable[[Node], tuple[float, float]] | None = None
+    #: the kind of kernel it runs, where it differs from its category's (a layer norm's rows, not planes)
+    kernel: str | None = None
 
     @property
     def autocast_policy(self) -> str:
@@ -128,6 +135,11 @@ class Operator:
     def layout_rule(self) -> LayoutRule | None:
         """Its eager layout rule, its category's where it has none."""
         return self.layout or self.category.layout
+
+    @property
+    def kernel_group(self) -> str:
+        """The kind of kernel it runs, its category's where it names none."""
+        return self.kernel or self.category.kernel
 
 
 @dataclass(frozen=True)
@@ -316,6 +328,7 @@ class KindTable:
     autocast: np.ndarray  # index into AUTOCAST_POLICIES
     library: tuple[str | None, ...]
     counts_macs: np.ndarray
+    kernel: tuple[str, ...]
     #: the per-node hooks each kind has, by hook name: kind indices
     hooks: Mapping[str, np.ndarray]
 
@@ -329,7 +342,7 @@ class KindTable:
         return np.array([lib is not None for lib in self.library])
 
 
-HOOKS = ("gemm", "kernel_size", "cuda_cores", "nchw_transpose", "math_fallback", "serial_loop")
+HOOKS = ("gemm", "kernel_size", "cuda_cores", "nchw_transpose", "math_fallback", "serial_loop", "rows")
 
 
 @cache
@@ -343,6 +356,7 @@ def kind_table() -> KindTable:
         autocast=np.array([AUTOCAST_POLICIES.index(e.autocast_policy if e else other.autocast) for e in entries]),
         library=tuple(e.math_library if e else other.library for e in entries),
         counts_macs=np.array([c.counts_macs for c in cats]),
+        kernel=tuple(e.kernel_group if e else other.kernel for e in entries),
         hooks={hook: np.array([i for i, e in enumerate(entries) if e and getattr(e, hook) is not None], dtype=np.int64)
                for hook in HOOKS},
     )

@@ -15,7 +15,8 @@ import numpy as np
 from dippm_nas.graph.operators._registry import AUTOCAST_LOWER, Node, declare_category, register, spell_aten
 from dippm_nas.graph.tensor import Tensor, dtype_bytes
 
-ATTENTION = declare_category("attention", counts_macs=True, library="cublas", autocast=AUTOCAST_LOWER)
+ATTENTION = declare_category("attention", counts_macs=True, library="cublas", autocast=AUTOCAST_LOWER,
+                             kernel="attention")
 
 #: Eager's math fallback of scaled_dot_product_attention (``_scaled_dot_product_attention_math``;
 #: :func:`_math_fallback` says when it runs): it scales query and key, multiplies them (a batched GEMM),

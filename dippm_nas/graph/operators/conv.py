@@ -10,7 +10,7 @@ from dippm_nas.graph.operators._registry import AUTOCAST_LOWER, Node, declare_ca
 from dippm_nas.graph.tensor import Tensor
 
 CONV = declare_category("conv", counts_macs=True, library="cudnn", autocast=AUTOCAST_LOWER, takes_bias=True,
-                       layout=eager_layout.first_dense, noun="convolution")
+                       layout=eager_layout.first_dense, noun="convolution", kernel="conv")
 
 #: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
 #: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.

@@ -16,9 +16,10 @@ from dippm_nas.graph.operators._registry import (
     declare_category,
     register,
 )
+from dippm_nas.graph.operators._rules import rows_of_last_axis, rows_of_planes
 from dippm_nas.graph.tensor import Tensor
 
-NORM = declare_category("norm")
+NORM = declare_category("norm", kernel="plane_norm")
 
 #: mean, variance, subtract, divide, scale-and-shift.
 NORM_FLOPS_PER_ELEMENT = 5
@@ -29,13 +30,14 @@ def _norm(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -
 
 
 register("batch_norm", NORM, _norm, relax=("relax.nn.batch_norm",), autocast=AUTOCAST_WIDEST_KEEPS_WEIGHT_DTYPE,
-         layout=eager_layout.first_dense)
+         layout=eager_layout.first_dense, rows=rows_of_planes)
 register("layer_norm", NORM, _norm, relax=("relax.nn.layer_norm",), aten=("layer_norm.default",
-         "native_layer_norm.default"), autocast=AUTOCAST_FLOAT32, layout=eager_layout.first_contiguous)
+         "native_layer_norm.default"), autocast=AUTOCAST_FLOAT32, layout=eager_layout.first_contiguous,
+         rows=rows_of_last_axis, kernel="row_norm")
 register("group_norm", NORM, _norm, relax=("relax.nn.group_norm",), autocast=AUTOCAST_FLOAT32,
-         layout=eager_layout.first_contiguous)
+         layout=eager_layout.first_contiguous, rows=rows_of_planes)
 register("rms_norm", NORM, _norm, relax=("relax.nn.rms_norm",), aten=("_fused_rms_norm.default", "rms_norm.default"),
-         layout=eager_layout.first_contiguous)
+         layout=eager_layout.first_contiguous, rows=rows_of_last_axis, kernel="row_norm")
 register("instance_norm", NORM, _norm, relax=("relax.nn.instance_norm",),
-         autocast=AUTOCAST_WIDEST_KEEPS_WEIGHT_DTYPE)
-register("local_response_norm", NORM, _norm, relax=("relax.nn.local_response_norm",))
+         autocast=AUTOCAST_WIDEST_KEEPS_WEIGHT_DTYPE, rows=rows_of_planes)
+register("local_response_norm", NORM, _norm, relax=("relax.nn.local_response_norm",), rows=rows_of_planes)

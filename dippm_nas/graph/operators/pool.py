@@ -9,7 +9,7 @@ from dippm_nas.graph.operators import _rules
 from dippm_nas.graph.operators._registry import declare_category, register_relax
 from dippm_nas.graph.tensor import Tensor
 
-POOL = declare_category("pool")
+POOL = declare_category("pool", kernel="pool")
 
 
 def _pool(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
@@ -18,6 +18,6 @@ def _pool(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -
 
 
 register_relax(("relax.nn.max_pool1d", "relax.nn.max_pool2d", "relax.nn.max_pool3d", "relax.nn.avg_pool1d",
-                "relax.nn.avg_pool2d", "relax.nn.avg_pool3d"), POOL, _pool)
+                "relax.nn.avg_pool2d", "relax.nn.avg_pool3d"), POOL, _pool, rows=_rules.rows_of_planes)
 register_relax(("relax.nn.adaptive_avg_pool1d", "relax.nn.adaptive_avg_pool2d", "relax.nn.adaptive_avg_pool3d",
-                "relax.nn.adaptive_max_pool2d"), POOL, _rules.per_input)
+                "relax.nn.adaptive_max_pool2d"), POOL, _rules.per_input, rows=_rules.rows_of_planes)

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 
 from dippm_nas.graph import eager_layout
 from dippm_nas.graph.operators._registry import AUTOCAST_FLOAT32, declare_category, register_relax
+from dippm_nas.graph.operators._rules import rows_of_last_axis
 from dippm_nas.graph.tensor import Tensor
 
-SOFTMAX = declare_category("softmax")
+SOFTMAX = declare_category("softmax", kernel="softmax")
 
 #: max, subtract, exp, sum, divide.
 SOFTMAX_FLOPS_PER_ELEMENT = 5
@@ -20,4 +21,4 @@ def _softmax(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]
 
 
 register_relax(("relax.nn.softmax", "relax.nn.log_softmax"), SOFTMAX, _softmax, autocast=AUTOCAST_FLOAT32,
-               layout=eager_layout.first_contiguous)
+               layout=eager_layout.first_contiguous, rows=rows_of_last_axis)

@@ -1,0 +1,155 @@
+"""The operator-level cost model: every operator's kernel timed by the learned operator model, the whole
+model through the host queue, energy and memory as the analytical model has them.
+
+Each operator of the graph becomes a row of :class:`~dippm_nas.cost.kernel_structure.KernelColumns` on the
+unit the roofline prices it on; the operator model (:mod:`dippm_nas.cost.operator_model`) gives its
+kernel's time, which replaces the roofline's core term. What the roofline charges beyond the core (the
+casts autocast adds, cuDNN's transposes, eager's math attention, more kernels than one) stays, and so do
+the host's time to issue each operator and the queue that composes them
+(:func:`~dippm_nas.cost.analytical.queued_latency`): eager at small batches waits on the host, under
+CUDA graphs it does not. No operator is predicted faster than its roofline (for a 3x3 convolution cuDNN
+may run as Winograd, the Winograd arithmetic's). Energy is the analytical power model over the new latency,
+and memory the analytical liveness model, which learned times do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel, Roofline
+from dippm_nas.cost.base import Estimate, NotCovered
+from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
+from dippm_nas.cost.error_table import lookup
+from dippm_nas.cost.host import HostProfile
+from dippm_nas.cost.kernel_structure import GROUPS, UNITS, WINOGRAD_FLOP_SAVING, KernelColumns, winograd_eligible
+from dippm_nas.cost.table import FULL_BYTES, SHAPE_COLUMNS, NodeTable, node_table
+from dippm_nas.graph import operators
+from dippm_nas.graph.model_graph import ModelGraph
+from dippm_nas.hardware.registry import Device, check_layout, check_precision
+from dippm_nas.precisions import precision_named
+
+
+def _group_of_kind() -> np.ndarray:
+    """The model's group of each kind of the vocabulary: its registry entry's kind of kernel."""
+    return np.array([GROUPS.index(kernel) for kernel in operators.kind_table().kernel])
+
+
+def kernel_columns(table: NodeTable, peak: np.ndarray, device: Device, precision: str) -> KernelColumns:
+    """A graph's operators as the operator model reads them, on the units ``peak`` (the roofline's) prices
+    them on. The bytes are what each operator itself must move at its dtype; autocast's casts and cuDNN's
+    transposes stay the roofline's."""
+    numbers = precision_named(precision)
+    group = _group_of_kind()[table.kind]
+    group = np.where(table.cuda_core_conv, GROUPS.index("conv_cuda_cores"), group)
+    lower = numbers.autocast & ~table.autocast.stays_f32
+    element_bytes = np.where(lower, float(numbers.element_bytes), float(FULL_BYTES))
+    moved = (table.f32_read + table.f32_written + table.weight_numel) * element_bytes + table.other_bytes
+    tensor = peak > device.fp32_tflops * 1e12 * 1.001
+    tensor_unit = UNITS.index("tensor_half" if numbers.autocast else "tensor_tf32")
+    unit = np.where(tensor, tensor_unit, UNITS.index("cuda_cores"))
+    shape = table.shape_attrs
+    kernel = shape[:, SHAPE_COLUMNS.index("kernel_h")]
+    square = kernel == shape[:, SHAPE_COLUMNS.index("kernel_w")]
+    stride = np.maximum(shape[:, SHAPE_COLUMNS.index("strides_0")], shape[:, SHAPE_COLUMNS.index("strides_1")])
+    conv = group == GROUPS.index("conv")
+    return KernelColumns(
+        group=group, unit=unit, element_bytes=element_bytes, flops=table.flops, moved=moved, gemm=table.gemm,
+        rows=table.rows, winograd=conv & square & winograd_eligible(kernel, stride)
+        & (shape[:, SHAPE_COLUMNS.index("groups")] <= 1),
+        weight_operand=(group == GROUPS.index("gemm")) & table.has_weights, peak=peak)
+
+
+def core_and_floor(columns: KernelColumns, roofline: Roofline, device: Device) -> tuple[np.ndarray, np.ndarray]:
+    """Per operator, the roofline's time of the kernel alone (what the learned time replaces: its FLOPs at the
+    peak or its own bytes at the bandwidth, and one launch) and the least time it may take: the roofline's,
+    with Winograd's arithmetic for a 3x3 convolution on the CUDA cores."""
+    core = np.maximum(columns.flops / roofline.peak, columns.moved / (device.memory_bw_gbs * 1e9))
+    core = core + KERNEL_OVERHEAD_US * 1e-6
+    floor = np.where(columns.winograd & (columns.unit == 0), roofline.time_s / WINOGRAD_FLOP_SAVING, roofline.time_s)
+    return core, floor
+
+
+class OperatorCostModel:
+    """The analytical estimate with each operator's kernel timed by the learned operator model at ``path``.
+
+    It raises :class:`~dippm_nas.cost.base.NotCovered` where there is no trained model or its card does
+    not match this version's features, with what to run to retrain it.
+
+    >>> import dippm_nas
+    >>> graph = dippm_nas.build_graph("resnet18", batch=8)
+    >>> estimate = OperatorCostModel().estimate(graph, dippm_nas.get_device("a100-40gb"))
+    >>> estimate.cost_model.startswith("operators"), len(estimate.top_nodes(5))
+    (True, 5)
+    """
+
+    name = "operators"
+
+    def __init__(self, path: Path = OPERATOR_WEIGHTS):
+        self.path = path
+        self.analytical = AnalyticalCostModel()
+
+    def covers(self) -> str | None:
+        """None where a trained model whose features this version computes is at the path, else why not
+        (from its card alone: no torch)."""
+        return operator_model_mismatch(self.path)
+
+    def operator_seconds(self, table: NodeTable, roofline: Roofline, device: Device, precision: str) -> np.ndarray:
+        """Each operator's GPU seconds: the roofline's time beyond its core, plus the kernel's learned time;
+        never below the roofline."""
+        from dippm_nas.cost.operator_model import load
+
+        columns = kernel_columns(table, roofline.peak, device, precision)
+        core, floor = core_and_floor(columns, roofline, device)
+        run = np.flatnonzero(~table.is_view)
+        learned = np.zeros(len(table))
+        learned[run] = load(self.path).seconds(columns.take(run), device)
+        return np.where(table.is_view, 0.0, np.maximum(np.maximum(roofline.time_s - core, 0.0) + learned, floor))
+
+    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+                 mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
+        """Latency, energy and memory of one inference of ``graph`` at its batch, with each operator's time.
+
+        Raises NotCovered without a trained model that matches this version, and DippmError for an unknown
+        precision or layout, or a precision the device has no tensor cores for."""
+        check_precision(precision)
+        check_layout(layout)
+        reason = self.covers()
+        if reason:
+            raise NotCovered(reason)
+        table = node_table(graph)
+        roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
+        timed = replace(roofline, time_s=self.operator_seconds(table, roofline, device, precision))
+        estimate = self.analytical.summarize(table, timed, device, precision, graph, host=host)
+        notes = estimate.notes + self._notes(device, precision)
+        estimate = replace(estimate, cost_model=self.name, notes=notes)
+        if estimate.latency_ms <= 0:
+            return estimate
+        return replace(estimate, error=lookup(self.name, device.key, precision, graph.batch))
+
+    def _notes(self, device: Device, precision: str) -> tuple[str, ...]:
+        """Which data backs the operators' units at this precision and on this GPU."""
+        from dippm_nas.cost.operator_model import load
+
+        card = load(self.path).card
+        trained = card["trained_on"]
+        gpu = device.whole_gpu().key
+        notes = []
+        if device.slice_of:
+            notes.append(f"MIG slice {device.slice_of}: no slice was measured; its operators are timed on the "
+                         "slice's SMs and its share of the memory bandwidth")
+        if gpu not in trained:
+            notes.append(f"no operator of {gpu} was measured: the operator model reads its spec sheet (SMs, clock, "
+                         f"peaks, bandwidth, L2, TDP, process, generation); docs/operators.md gives its error on GPUs "
+                         "held out of its training")
+        numbers = precision_named(precision)
+        if numbers.autocast or numbers.tf32["cublas"] or numbers.tf32["cudnn"]:
+            # the operator sweeps name operators by the registry's kinds, NeuSight's fp32 corpus by its own
+            swept = sorted(g for g, ops in trained.items() if any(op in ops for op in ("mm", "sdpa")))
+            records = ", ".join(sorted(card["records"]))
+            notes.append(f"tensor-core operators are learned from the operator sweeps of {', '.join(swept) or 'no GPU'}"
+                         f" and the whole-model records of {records} only; fp32 operators on the CUDA cores from "
+                         "NeuSight's corpus of five GPUs as well")
+        return tuple(notes)

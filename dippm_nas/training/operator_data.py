@@ -1,0 +1,252 @@
+"""Operator-level ground truth for the operator model, read as measured.
+
+Two sources, each with its own protocol:
+
+* ``data/neusight/operators/<op>/<GPU>.csv.xz``, NeuSight's corpus: 256,509 fp32 operators (batched and
+  plain matrix products, convolutions, elementwise operators, softmax, layer norm) on five GPUs, each
+  with the kernel cuBLAS or cuDNN chose. Its latency is CUDA events around one call, so it holds, besides
+  the kernel, the gap while the host issues the call: the **protocol gap**, a property of the measuring
+  machine's CPU, not of its GPU. Per machine and operator it is read off the smallest measurements
+  (:func:`protocol_gaps`), and a GPU held out gets the median of the other machines' gaps.
+* ``data/measurements/sweeps/*.csv``, the harness's operator sweeps: one operator at a time at every
+  precision, events around each iteration queued behind a GPU sleep, so no host gap.
+
+Every row becomes a :class:`OperatorSamples` row: the operator as
+:class:`~dippm_nas.cost.kernel_structure.KernelColumns` describes it, its GPU, its measured seconds and
+what it was.
+"""
+
+from __future__ import annotations
+
+import csv
+import lzma
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from dippm_nas.cost.analytical import peak_tflops
+from dippm_nas.cost.kernel_structure import GROUPS, UNITS, KernelColumns, tile_of_kernel_name, winograd_eligible
+from dippm_nas.cost.operator_model import MIN_KERNEL_S
+from dippm_nas.graph import operators
+from dippm_nas.graph.operators.conv import TENSOR_CORE_CHANNEL_MULTIPLE
+from dippm_nas.hardware.registry import get_device
+from dippm_nas.precisions import precision_named
+from dippm_nas.training.paths import project
+from dippm_nas.training.records import GPU_NAMES, NEUSIGHT_GPUS, origin_of
+
+#: NeuSight's protocol: fp32 tensors, cuDNN's TF32 off and matmuls at PyTorch's default (full FP32).
+CORPUS_PRECISION = "fp32-strict"
+#: NeuSight's elementwise operators: (input tensors, output tensors) of (B, H) float32 elements; a ``u``
+#: suffix takes a Python scalar.
+CORPUS_ELEMENTWISE = {"add": 2, "mul": 2, "div": 2, "pow": 2, "addu": 1, "mulu": 1, "divu": 1, "powu": 1,
+                      "relu": 1, "gelu": 1, "tanh": 1}
+#: The harness's sweep kinds -> the model's group (convolutions are sorted by channels, see below).
+SWEEP_GROUPS = {"mm": "gemm", "linear": "gemm", "bmm": "gemm", "conv2d": "conv", "sdpa": "attention",
+                "add": "elementwise", "mul": "elementwise", "relu": "elementwise", "gelu": "elementwise",
+                "silu": "elementwise", "sum": "reduce", "mean": "reduce", "max_pool2d": "pool",
+                "adaptive_avg_pool2d": "pool", "batch_norm": "plane_norm", "layer_norm": "row_norm",
+                "group_norm": "plane_norm", "softmax": "softmax"}
+#: The library that runs each group's arithmetic, as the graph's categories say (none: the CUDA cores).
+GROUP_LIBRARY = {"gemm": operators.GEMM.library, "attention": operators.ATTENTION.library,
+                 "conv": operators.CONV.library}
+#: Operators that count as GEMM-class in the reports (the rest are memory-bound).
+GEMM_CLASS = frozenset({"bmm", "linear", "conv", "mm", "conv2d", "sdpa"})
+
+
+@dataclass(frozen=True, eq=False)
+class OperatorSamples:
+    """Measured operators: their columns, GPU (registry key), operator name, protocol, measured seconds and
+    the file each came from."""
+
+    columns: KernelColumns
+    gpu: np.ndarray
+    operator: np.ndarray
+    protocol: np.ndarray  # "corpus" (host gap included) or "sweep" (the kernel alone)
+    precision: np.ndarray
+    seconds: np.ndarray
+    source: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.gpu)
+
+    def take(self, index: np.ndarray) -> OperatorSamples:
+        """The samples at ``index``."""
+        return OperatorSamples(self.columns.take(index), *(getattr(self, f.name)[index] for f in fields(self)[1:]))
+
+    @staticmethod
+    def concatenate(parts: list[OperatorSamples]) -> OperatorSamples:
+        """Several sets of samples as one."""
+        return OperatorSamples(KernelColumns.concatenate([p.columns for p in parts]),
+                               *(np.concatenate([getattr(p, f.name) for p in parts])
+                                 for f in fields(OperatorSamples)[1:]))
+
+
+@dataclass
+class _Builder:
+    """Rows collected one by one, then made columns."""
+
+    values: dict
+
+    @classmethod
+    def empty(cls) -> _Builder:
+        return cls({name: [] for name in ("group", "unit", "element_bytes", "flops", "moved", "gemm", "rows",
+                                          "winograd", "weight_operand", "peak", "named_tile", "gpu", "operator",
+                                          "protocol", "precision", "seconds", "source")})
+
+    def add(self, **row: object) -> None:
+        for name, column in self.values.items():
+            column.append(row.get(name, _DEFAULTS.get(name)))
+
+    def samples(self) -> OperatorSamples:
+        v = {k: np.array(c) for k, c in self.values.items()}
+        columns = KernelColumns(group=v["group"].astype(np.int64), unit=v["unit"].astype(np.int64),
+                                element_bytes=v["element_bytes"].astype(float), flops=v["flops"].astype(float),
+                                moved=v["moved"].astype(float), gemm=v["gemm"].astype(float).reshape(-1, 4),
+                                rows=v["rows"].astype(float).reshape(-1, 2), winograd=v["winograd"].astype(bool),
+                                weight_operand=v["weight_operand"].astype(bool), peak=v["peak"].astype(float),
+                                named_tile=v["named_tile"].astype(float).reshape(-1, 2))
+        return OperatorSamples(columns, v["gpu"].astype(str), v["operator"].astype(str), v["protocol"].astype(str),
+                               v["precision"].astype(str), v["seconds"].astype(float), v["source"].astype(str))
+
+
+_DEFAULTS = {"gemm": (0, 0, 0, 0), "rows": (0, 0), "winograd": False, "weight_operand": False, "named_tile": (0, 0),
+             "unit": 0, "element_bytes": 4}
+
+
+def _unit(peak: float, gpu: str, precision: str) -> int:
+    """The unit a peak is the peak of: tensor cores where it is above the FP32 one."""
+    if peak <= get_device(gpu).fp32_tflops * 1e12 * 1.001:
+        return UNITS.index("cuda_cores")
+    return UNITS.index("tensor_half" if precision_named(precision).autocast else "tensor_tf32")
+
+
+def _peak(group: str, gpu: str, precision: str) -> float:
+    return peak_tflops(GROUP_LIBRARY.get(group), get_device(gpu), precision) * 1e12
+
+
+def corpus_samples(folder: Path) -> OperatorSamples:
+    """NeuSight's corpus in ``folder`` (``data/neusight/operators``): every row of a GPU in the registry."""
+    rows = _Builder.empty()
+    root = project().root
+    for path in sorted(folder.glob("*/*.csv.xz")):
+        gpu = NEUSIGHT_GPUS.get(path.name.removesuffix(".csv.xz"))
+        if gpu is None:
+            continue
+        name, origin = path.parent.name, origin_of(path, root)
+        peaks = {g: _peak(g, gpu, CORPUS_PRECISION) for g in GROUPS}
+        with lzma.open(path, "rt", newline="") as fh:
+            for row in csv.DictReader(fh):
+                common = {"gpu": gpu, "operator": name, "protocol": "corpus", "precision": CORPUS_PRECISION,
+                          "seconds": float(row["Latency"]) * 1e-3, "source": origin}
+                rows.add(**common, **_corpus_operator(name, row, peaks))
+    return rows.samples()
+
+
+def _corpus_operator(name: str, row: dict[str, str], peaks: dict[str, float]) -> dict[str, object]:
+    """One corpus row as the model's columns (NeuSight's dimension names, README of the corpus)."""
+    kernel = row["Kernel Name"]
+    named = tile_of_kernel_name(kernel) if "winograd" not in (kernel + row.get("Kernels", "")).lower() else (0, 0)
+    if name in ("bmm", "linear"):
+        b, m, n, k = (int(row[x]) for x in "BMNK")
+        if name == "bmm":  # (B, M, N) @ (B, N, K): outputs B x M x K over depth N
+            gemm, moved = (b, m, k, n), 4 * b * (m * n + n * k + m * k)
+        else:  # nn.Linear(N, K) on (B, M, N), bias included
+            gemm, moved = (1, b * m, k, n), 4 * (b * m * n + n * k + b * m * k + k)
+        return {"group": GROUPS.index("gemm"), "flops": 2.0 * b * m * n * k, "moved": moved, "gemm": gemm,
+                "weight_operand": name == "linear", "peak": peaks["gemm"], "named_tile": named}
+    if name == "conv":
+        b, c, o, r, h, s, p = (int(row[x]) for x in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
+                                                      "Input_Size", "Stride", "Padding"))
+        out = (h + 2 * p - r) // s + 1
+        return {"group": GROUPS.index("conv"), "flops": 2.0 * b * o * out * out * c * r * r,
+                "moved": 4 * (b * c * h * h + o * c * r * r + b * o * out * out),
+                "gemm": (1, b * out * out, o, c * r * r), "winograd": bool(winograd_eligible(np.array(r), np.array(s))),
+                "peak": peaks["conv"], "named_tile": named}
+    b, h = int(row["B"]), int(row["H"])
+    if name in ("ln", "softmax"):
+        group = "row_norm" if name == "ln" else "softmax"
+        return {"group": GROUPS.index(group), "flops": 5.0 * b * h, "moved": 4 * 2 * b * h, "rows": (b, h),
+                "peak": peaks[group]}
+    moved = 4 * (CORPUS_ELEMENTWISE[name] + 1) * b * h
+    return {"group": GROUPS.index("elementwise"), "flops": float(b * h), "moved": moved,
+            "rows": (b, h), "peak": peaks["elementwise"]}
+
+
+def sweep_samples(paths: Iterable[Path]) -> OperatorSamples:
+    """The ``ok`` rows of the harness's sweep files, of GPUs in the registry."""
+    rows = _Builder.empty()
+    root = project().root
+    for path in paths:
+        origin = origin_of(path, root)
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh):
+                gpu = GPU_NAMES.get(row["gpu_name"])
+                if row["status"] != "ok" or gpu is None or row["kind"] not in SWEEP_GROUPS:
+                    continue
+                rows.add(gpu=gpu, operator=row["kind"], protocol="sweep", precision=row["precision"],
+                         seconds=float(row["latency_ms_median"]) * 1e-3, source=origin,
+                         **_sweep_operator(row, gpu))
+    return rows.samples()
+
+
+def _sweep_operator(row: dict[str, str], gpu: str) -> dict[str, object]:
+    """One sweep point as the model's columns (the shapes of ``dippm_nas.measure.sweep_operators``)."""
+    p = {k: int(v) for k, v in (item.split("=") for item in row["params"].split(";"))}
+    kind, precision = row["kind"], row["precision"]
+    group = SWEEP_GROUPS[kind]
+    out: dict[str, object] = {"flops": float(row["flops"]), "moved": float(row["bytes"]),
+                              "element_bytes": 2 if precision_named(precision).autocast else 4}
+    if kind in ("mm", "linear"):
+        out.update(gemm=(1, p["m"], p["n"], p["k"]), weight_operand=kind == "linear")
+    elif kind == "bmm":
+        out.update(gemm=(p["b"], p["m"], p["n"], p["k"]))
+    elif kind == "sdpa":
+        out.update(gemm=(p["b"] * p["h"], p["s"], p["s"], p["d"]))
+    elif kind == "conv2d":
+        size = (p["h"] + 2 * (p["r"] // 2) - p["r"]) // p["s"] + 1
+        c, k = p["c"] // p["g"], p["k"] // p["g"]
+        if c % TENSOR_CORE_CHANNEL_MULTIPLE or k % TENSOR_CORE_CHANNEL_MULTIPLE:
+            group = "conv_cuda_cores"
+        out.update(gemm=(p["g"], p["n"] * size * size, k, c * p["r"] ** 2),
+                   winograd=bool(winograd_eligible(np.array(p["r"]), np.array(p["s"]))))
+    elif kind in ("batch_norm", "group_norm", "max_pool2d", "adaptive_avg_pool2d"):
+        out.update(rows=(p["n"] * p["c"], p["h"] * p["h"]))
+    else:
+        out.update(rows=(p.get("m", 1), p["n"]))
+    library = None if group == "conv_cuda_cores" else GROUP_LIBRARY.get(group)
+    peak = peak_tflops(library, get_device(gpu), precision) * 1e12
+    out.update(group=GROUPS.index(group), peak=peak, unit=_unit(peak, gpu, precision))
+    return out
+
+
+def load_operator_samples() -> OperatorSamples:
+    """Every operator-level sample of the project's data set: NeuSight's corpus and the harness's sweeps."""
+    paths = project()
+    corpus = corpus_samples(paths.data / "neusight" / "operators")
+    sweeps = sweep_samples(sorted((paths.measurements / "sweeps").glob("*.csv")))
+    return OperatorSamples.concatenate([corpus, sweeps])
+
+
+def protocol_gaps(samples: OperatorSamples) -> dict[tuple[str, str], float]:
+    """Per (GPU, operator) of the corpus, the host's gap its measurements hold: the smallest less the least
+    time any kernel takes (:data:`~dippm_nas.cost.operator_model.MIN_KERNEL_S`)."""
+    gaps: dict[tuple[str, str], float] = {}
+    corpus = samples.protocol == "corpus"
+    for key in set(zip(samples.gpu[corpus], samples.operator[corpus])):
+        mine = corpus & (samples.gpu == key[0]) & (samples.operator == key[1])
+        gaps[key] = max(float(samples.seconds[mine].min()) - MIN_KERNEL_S, 0.0)
+    return gaps
+
+
+def gap_of(samples: OperatorSamples, gaps: dict[tuple[str, str], float], known_gpus: Iterable[str]) -> np.ndarray:
+    """Each sample's protocol gap: its own machine's where that machine is among ``known_gpus``, else the
+    median over the known machines' gaps for its operator (a GPU held out); none for a sweep."""
+    known = set(known_gpus)
+    median = {}
+    for op in set(samples.operator):
+        values = [g for (gpu, o), g in gaps.items() if o == op and gpu in known]
+        median[op] = float(np.median(values)) if values else 0.0
+    return np.array([0.0 if proto != "corpus" else gaps[(gpu, op)] if gpu in known else median[op]
+                     for gpu, op, proto in zip(samples.gpu, samples.operator, samples.protocol)])

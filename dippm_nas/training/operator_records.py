@@ -1,0 +1,123 @@
+"""Whole-model records as ground truth for the operator model, through the graph and the host queue.
+
+The operator corpus and the sweeps time single operators; a whole model's latency times all of them at
+once, at shapes networks really have, on GPUs no operator was measured on (timm's RTX 3090 and 4090, the
+H200) and at the tensor-core precisions the corpus lacks. A record is predicted as the operator cost
+model predicts it (:mod:`dippm_nas.cost.operator_cost`): each operator's kernel from its candidates, what
+the roofline charges beyond the kernel, never below the roofline, the whole through the host queue
+(:func:`~dippm_nas.cost.analytical.queued_latency`) — here in torch, so the loss of a record reaches the
+operator model's parameters.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+from dippm_nas.cost.operator_cost import core_and_floor, kernel_columns
+from dippm_nas.cost.operator_model import CandidateTensors, OperatorNetwork
+from dippm_nas.training.dataset import configurations, load_graphs
+from dippm_nas.training.records import Record
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, eq=False)
+class RecordSet:
+    """Records as the operator model's training reads them: per record its operators in graph order (what
+    the host issues them at, what the roofline charges beyond each kernel, the roofline's floor, whether it
+    runs a kernel) and every kernel's candidates on the record's GPU, and the measured latency."""
+
+    records: list[Record]
+    candidates: list[CandidateTensors]  # per record, its kernels' candidates (operators numbered 0..kernels-1)
+    kernel_of: list[np.ndarray]  # per record, each operator's kernel index, -1 for a view
+    issued_s: list[np.ndarray]  # per record, when the host has issued each operator
+    beyond_s: list[np.ndarray]
+    floor_s: list[np.ndarray]
+    latency_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def take(self, index: np.ndarray) -> RecordSet:
+        """The records at ``index``."""
+        pick = index.tolist()
+        return RecordSet([self.records[i] for i in pick], *([column[i] for i in pick] for column in (
+            self.candidates, self.kernel_of, self.issued_s, self.beyond_s, self.floor_s)),
+            latency_s=self.latency_s[index])
+
+
+#: Records per GPU and precision the operator model trains on at most (drawn with a fixed seed): timm's
+#: thousands of RTX records would otherwise outweigh every other GPU's.
+MAX_RECORDS_PER_GPU_AND_PRECISION = 400
+#: NeuSight's whole-transformer labels stay out of training: they are the test of whole models the operator
+#: model is held to (``dippm-nas evaluate --operators``).
+HELD_OUT_SOURCES = frozenset({"neusight"})
+
+
+def training_records(records: Sequence[Record], seed: int = 0) -> list[Record]:
+    """The records the operator model trains on: NeuSight's labels left out, at most
+    :data:`MAX_RECORDS_PER_GPU_AND_PRECISION` of each GPU and precision."""
+    import random
+
+    rng = random.Random(seed)
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        if r.source not in HELD_OUT_SOURCES:
+            groups.setdefault((r.device, r.precision), []).append(r)
+    kept = []
+    for key in sorted(groups):
+        group = groups[key]
+        kept += group if len(group) <= MAX_RECORDS_PER_GPU_AND_PRECISION else rng.sample(
+            group, MAX_RECORDS_PER_GPU_AND_PRECISION)
+    return kept
+
+
+def record_set(records: Sequence[Record], progress: Callable[[str], None] = _stderr) -> RecordSet:
+    """Every record whose graph the project's store holds, ready for :func:`record_latencies`."""
+    graphs = load_graphs({r.graph_key for r in records})
+    kept = [r for r in records if r.graph_key in graphs]
+    analytical = AnalyticalCostModel()
+    rows: dict[int, tuple] = {}
+    from dippm_nas.hardware.registry import get_device
+
+    for done, (table, members) in enumerate(configurations(kept, graphs)):
+        if done % 200 == 0:
+            progress(f"records for the operator model: {done} configurations read")
+        for i in members:
+            r = kept[i]
+            device = get_device(r.device)
+            roofline = analytical.roofline(table, device, r.precision, r.layout, torch_release(r.torch))
+            columns = kernel_columns(table, roofline.peak, device, r.precision)
+            core, floor = core_and_floor(columns, roofline, device)
+            run = np.flatnonzero(~table.is_view)
+            kernel_of = np.full(len(table), -1)
+            kernel_of[run] = np.arange(len(run))
+            rows[i] = (CandidateTensors.of(columns.take(run), device), kernel_of, np.cumsum(roofline.host_s),
+                       np.maximum(roofline.time_s - core, 0.0), floor)
+    order = sorted(rows)
+    return RecordSet([kept[i] for i in order], *([rows[i][j] for i in order] for j in range(5)),
+                     latency_s=np.array([kept[i].latency_ms * 1e-3 for i in order]))
+
+
+def record_latencies(network: OperatorNetwork, records: RecordSet, index: np.ndarray) -> torch.Tensor:
+    """The predicted latency (seconds) of the records at ``index``, differentiable in the network."""
+    out = []
+    for i in index.tolist():
+        kernels = records.candidates[i].seconds(network)
+        kernel_of = torch.from_numpy(records.kernel_of[i])
+        runs = kernel_of >= 0
+        beyond = torch.from_numpy(records.beyond_s[i])
+        floor = torch.from_numpy(records.floor_s[i])
+        times = torch.zeros(len(kernel_of), dtype=torch.float64)
+        times[runs] = torch.maximum(beyond[runs] + kernels[kernel_of[runs]].double(), floor[runs])
+        remaining = torch.flip(torch.cumsum(torch.flip(times, [0]), 0), [0])
+        out.append((torch.from_numpy(records.issued_s[i]) + remaining).max())
+    return torch.stack(out)

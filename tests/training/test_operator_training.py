@@ -1,0 +1,42 @@
+"""The operator model's leave-one-GPU-out never trains on the GPU it tests: neither its operators nor its
+whole-model records, nor those of another board of its chip."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from dippm_nas.training import operator_training
+from dippm_nas.training.operator_data import load_operator_samples
+from dippm_nas.training.operator_records import RecordSet
+
+
+def _records(devices: list[str]) -> RecordSet:
+    n = len(devices)
+    return RecordSet([SimpleNamespace(device=d) for d in devices], *([None] * n for _ in range(5)),
+                     latency_s=np.ones(n))
+
+
+def test_no_fold_trains_on_the_gpu_it_holds_out(monkeypatch):
+    samples = load_operator_samples()
+    rng = np.random.default_rng(0)
+    samples = samples.take(np.sort(np.concatenate([rng.choice(np.flatnonzero(samples.gpu == g), 50, replace=False)
+                                                   for g in sorted(set(samples.gpu))])))
+    records = _records(["h100-sxm", "h200", "rtx4090", "a100-40gb-pcie", "t4"])
+    trained: list[tuple[set[str], set[str]]] = []
+
+    def fit(s, r, config, progress):
+        trained.append((set(s.gpu), {x.device for x in r.records}))
+        return None
+
+    monkeypatch.setattr(operator_training, "fit", fit)
+    monkeypatch.setattr(operator_training, "kernel_seconds", lambda model, test: np.ones(len(test)))
+    held = operator_training.leave_one_gpu_out(samples, records, progress=lambda line: None)
+    assert {h.gpu for h in held} == set(samples.gpu)
+    folds = operator_training._folds(samples.gpu)
+    assert ("a100-40gb-pcie", "a100-80gb-pcie") in folds and len(trained) == len(folds)
+    for fold, (sample_gpus, record_gpus) in zip(folds, trained):
+        assert not set(fold) & (sample_gpus | record_gpus), fold
+        assert sample_gpus | set(fold) == set(samples.gpu)
+    assert operator_training.chip_of("a100-80gb-pcie") == ("a100-40gb-pcie", "a100-80gb-pcie")
