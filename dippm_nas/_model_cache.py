@@ -40,13 +40,14 @@ import re
 import sqlite3
 import sys
 import types
+import warnings
 import zlib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache import CacheFault, GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
 from dippm_nas.inputs import InputLike, normalize_inputs
@@ -82,14 +83,17 @@ _STORES: dict[Path, GraphCache | None] = {}
 
 def disk_cache() -> GraphCache | None:
     """The process's :class:`~dippm_nas.cache.GraphCache` on :func:`cache_dir`, or None where there is none
-    or it cannot be opened."""
+    or it cannot be opened (said once: every model is then built from scratch, several times slower)."""
     directory = cache_dir()
     if directory is None:
         return None
     if directory not in _STORES:
         try:
             _STORES[directory] = GraphCache(directory / CACHE_FILE)
-        except _DB_ERRORS:
+        except (CacheFault, *_DB_ERRORS) as exc:
+            warnings.warn(f"no disk cache of model graphs: {exc}; every model is built from scratch (set "
+                          f"{CACHE_DIR_ENV} to a folder you can write, or {NO_CACHE_ENV}=1)", RuntimeWarning,
+                          stacklevel=2)
             _STORES[directory] = None
     return _STORES[directory]
 

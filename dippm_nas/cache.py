@@ -4,6 +4,10 @@ The disk store is SQLite in WAL mode: many processes (NAS workers on one host, o
 sharing a file system that supports its locks) read and write it at once, each write is a
 transaction, and ``INSERT OR IGNORE`` makes two workers that featurize the same block at the same
 time agree on one row. Rows are compressed JSON (:mod:`dippm_nas.graph.serialize`), never pickles.
+
+A cache holds nothing that cannot be made again, so a damaged file (overwritten pages, truncated, not a
+database) is moved aside, a fresh one takes its place, and a warning names both; a location that cannot
+hold a database (a directory, a read-only folder) is a :class:`CacheFault` that names it.
 """
 
 from __future__ import annotations
@@ -13,9 +17,14 @@ import random
 import sqlite3
 import threading
 import time
+import warnings
+import zlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from dippm_nas.errors import DippmError
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import FORMAT, graph_from_bytes, graph_to_bytes
 
@@ -25,6 +34,19 @@ BUSY_TIMEOUT_MS = 60_000
 STORE_GRAPH = ("INSERT INTO graphs (key, kind, format, blob) VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
                "kind = excluded.kind, format = excluded.format, blob = excluded.blob "
                "WHERE graphs.format != excluded.format")
+
+
+_T = TypeVar("_T")
+
+
+class CacheFault(DippmError):
+    """The graph cache's file cannot be used: a fault of the cache's location, never of a model or
+    candidate, so a search fails on it rather than pruning the candidate."""
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    """SQLite's answer for a file that is not a sound database (not a lock, not a missing folder)."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -74,6 +96,7 @@ class GraphCache:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        self._inode: int | None = None  # the file this object opened, to tell it from a fresh one
         self.hits: Counter[str] = Counter()
         self.misses: Counter[str] = Counter()
         if self.path is not None:
@@ -81,13 +104,61 @@ class GraphCache:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():  # a forked worker opens its own
-            self.path.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+            self._conn = self._sound(self._open)
+            self._pid = os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        path = self.path
+        assert path is not None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                    check_same_thread=False)
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise self._unusable(exc) from exc
+        try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             _create_schema(conn)
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
+        except sqlite3.Error as exc:
+            conn.close()
+            if _damaged(exc) or "locked" in str(exc):
+                raise
+            raise self._unusable(exc) from exc
+        self._inode = path.stat().st_ino
+        return conn
+
+    def _unusable(self, exc: Exception) -> CacheFault:
+        return CacheFault(f"the graph cache {self.path} cannot be opened ({exc}): give a file in a folder you can "
+                          "write, or no cache at all")
+
+    def _sound(self, operation: Callable[[], _T]) -> _T:
+        """``operation`` on the file; where SQLite finds the file damaged, the file moved aside, a fresh one
+        made, a warning, and ``operation`` once more."""
+        try:
+            return operation()
+        except sqlite3.DatabaseError as exc:
+            if not _damaged(exc):
+                raise
+            self._set_aside(exc)
+            return operation()
+
+    def _set_aside(self, exc: sqlite3.Error) -> None:
+        """Move the damaged file aside, unless another process did already (the file at the path is then
+        another than the one this object opened); the next connection makes a fresh one."""
+        path = self.path
+        assert path is not None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if path.exists() and (self._inode is None or path.stat().st_ino == self._inode):
+            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+            os.replace(path, aside)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            warnings.warn(f"the graph cache {path} was damaged ({exc}); it is moved to {aside} and a fresh one "
+                          "takes its place: graphs are made again as candidates need them", RuntimeWarning,
+                          stacklevel=4)
 
     @staticmethod
     def _kind(key: str) -> str:
@@ -99,11 +170,16 @@ class GraphCache:
         graph = self._memory.get(key)
         if graph is None and self.path is not None:
             with self._lock:
-                row = self._connection().execute(
-                    "SELECT blob FROM graphs WHERE key = ? AND format = ?", (key, FORMAT)).fetchone()
+                row = self._sound(lambda: self._connection().execute(
+                    "SELECT blob FROM graphs WHERE key = ? AND format = ?", (key, FORMAT)).fetchone())
             if row is not None:
-                graph = graph_from_bytes(row[0])
-                self._memory[key] = graph
+                try:
+                    graph = graph_from_bytes(row[0])
+                except (zlib.error, ValueError, KeyError, TypeError):  # a damaged row: gone, made again on a miss
+                    with self._lock:
+                        self._sound(lambda: self._connection().execute("DELETE FROM graphs WHERE key = ?", (key,)))
+                else:
+                    self._memory[key] = graph
         (self.hits if graph is not None else self.misses)[kind] += 1
         return graph
 
@@ -114,13 +190,13 @@ class GraphCache:
         if self.path is not None:
             blob = graph_to_bytes(graph)
             with self._lock:
-                self._connection().execute(STORE_GRAPH, (key, self._kind(key), FORMAT, blob))
+                self._sound(lambda: self._connection().execute(STORE_GRAPH, (key, self._kind(key), FORMAT, blob)))
 
     def __len__(self) -> int:
         if self.path is None:
             return len(self._memory)
         with self._lock:
-            return self._connection().execute("SELECT COUNT(*) FROM graphs").fetchone()[0]
+            return self._sound(lambda: self._connection().execute("SELECT COUNT(*) FROM graphs").fetchone()[0])
 
     def hit_rate(self, kind: str) -> float:
         """The share of this object's ``get`` calls for keys of ``kind`` that found a graph; 0.0 before any."""

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -104,15 +105,24 @@ def test_module_keys_see_structure_attributes_and_shapes():
     assert model_key(object(), None, 1) is None
 
 
-def test_a_cache_that_cannot_be_opened_is_passed_by(tmp_path, monkeypatch):
+def test_a_damaged_cache_is_made_again_and_one_that_cannot_be_opened_is_passed_by(tmp_path, monkeypatch):
+    """A file that is not a database is set aside with a warning and the cache made again; a location that
+    cannot hold one is said, and predictions go on without a cache."""
     monkeypatch.delenv(NO_CACHE_ENV, raising=False)
+    monkeypatch.setattr(_model_cache, "_STORES", {})
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / CACHE_FILE).write_bytes(b"this is not a database" * 100)
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
-    graph = cached_graph("tiny", None, 1, _tiny_graph)
-    assert graph.name == "tiny"
+    with pytest.warns(RuntimeWarning, match="was damaged"):
+        graph = cached_graph("tiny", None, 1, _tiny_graph)
+    assert graph.name == "tiny" and len(_model_cache.disk_cache()) == 1
+    assert len(list((tmp_path / "cache").glob(f"{CACHE_FILE}.damaged-*"))) == 1
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache" / CACHE_FILE / "below-a-file"))
-    assert cached_graph("tiny", None, 1, _tiny_graph).name == "tiny"
+    with pytest.warns(RuntimeWarning, match="no disk cache of model graphs"):
+        assert cached_graph("tiny", None, 1, _tiny_graph).name == "tiny"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once a process
+        assert cached_graph("tiny", None, 1, _tiny_graph).name == "tiny"
 
 
 def _tiny_graph(model, inputs, batch) -> ModelGraph:

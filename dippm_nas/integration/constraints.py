@@ -7,11 +7,13 @@ says by how much a candidate misses.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 from dippm_nas.cost.base import Prediction
 from dippm_nas.errors import DippmError
-from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, required_memory
+from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory
 from dippm_nas.hardware.registry import Device, get_device
 
 #: The user attributes a scored trial carries (Optuna's dashboard shows them), in the units of
@@ -32,6 +34,18 @@ def record_prediction(trial, prediction: Prediction) -> None:
 
 #: The constraint every scored candidate gets: its memory plus the margin, less the device's memory.
 FITS_MEMORY = "fits_memory"
+#: Each bound a constraint takes, and its unit (the units of :data:`dippm_nas.cost.base.UNITS`).
+BOUNDS = {"latency_ms": "ms per batch", "energy_j": "J per batch", "memory_mib": "MiB", "memory_mb": "MiB"}
+
+
+def check_bound(name: str, bound: object) -> None:
+    """A bound must be a finite number above 0: at or below 0 no candidate could meet it, and NaN would
+    reach Optuna as a constraint it cannot compare."""
+    if bound is None:
+        return
+    if not isinstance(bound, numbers.Real) or isinstance(bound, bool) or not math.isfinite(bound) or bound <= 0:
+        raise DippmError(f"the {name} bound must be a finite number above 0 ({BOUNDS[name]}), got {bound!r}; "
+                         "leave it at None to not constrain it.")
 
 
 @dataclass(frozen=True)
@@ -42,7 +56,8 @@ class HardwareConstraints:
     MiB (``memory_mb`` is the deprecated name of ``memory_mib``); a candidate fits a slice when its
     memory plus ``mig_margin`` does. Whatever the bounds, a candidate whose memory plus ``mig_margin``
     does not fit the device it was predicted on (a slice's usable memory) breaks :data:`FITS_MEMORY`.
-    An unknown device or profile is a DippmError that lists the known ones.
+    A bound that is not a finite number above 0 is a DippmError, and so is an unknown device or profile
+    (it lists the known ones).
 
     >>> HardwareConstraints(latency_ms=2.0, mig_profiles=("1g.5gb",), device="a100-40gb")  # doctest: +ELLIPSIS
     HardwareConstraints(latency_ms=2.0, ...)
@@ -57,6 +72,9 @@ class HardwareConstraints:
     memory_mib: float | None = None
 
     def __post_init__(self) -> None:
+        for name in BOUNDS:
+            check_bound(name, getattr(self, name))
+        check_mig_margin(self.mig_margin)
         if isinstance(self.mig_profiles, str):
             object.__setattr__(self, "mig_profiles", (self.mig_profiles,))
         gpu = self.gpu
@@ -85,7 +103,7 @@ class HardwareConstraints:
         {'memory_mib': -100.0, 'fits_memory': 145.0}
         """
         out: dict[str, float] = {}
-        for name in ("latency_ms", "energy_j", "memory_mib", "memory_mb"):
+        for name in BOUNDS:
             bound = getattr(self, name)
             if bound is not None:
                 value = prediction.memory_mib if name.startswith("memory") else getattr(prediction, name)

@@ -74,7 +74,11 @@ class HardwareCostModel:
 
     def score(self, candidate: Candidate | Any, inputs: InputLike = None) -> Prediction:
         """A search-space candidate, or any model :func:`dippm_nas.predict` accepts."""
+        return self.predict(self.graph(candidate, inputs))
+
+    def predict(self, graph: ModelGraph) -> Prediction:
+        """The prediction of a graph :meth:`graph` made, on this cost model's device and settings."""
         from dippm_nas._predict import predict_graph
 
-        return predict_graph(self.graph(candidate, inputs), self.device, self.precision, self.cost_model,
-                             self.mig_margin, layout=self.layout, mode=self.mode, host=self.host)
+        return predict_graph(graph, self.device, self.precision, self.cost_model, self.mig_margin,
+                             layout=self.layout, mode=self.mode, host=self.host)

@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 
+from dippm_nas.cache import CacheFault
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.integration.constraints import FITS_MEMORY, HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
@@ -24,7 +25,9 @@ class HardwareObjective:
     ``accuracy_fn`` runs: nothing it could learn would make its cost fit. A candidate whose memory does
     not fit the device (or slice) it is scored on breaks a constraint even without ``constraints``
     (:data:`~dippm_nas.integration.constraints.FITS_MEMORY`). A candidate that fails to export is pruned
-    too, with the reason in its ``prune_reason`` attribute; the study goes on.
+    too, with the reason in its ``prune_reason`` attribute; the study goes on. A fault of the machinery
+    (a cache file that cannot be opened, the disk, an error of the cost model itself) is not the
+    candidate's: it fails the trial and stops the study with its cause.
 
     Here the accuracy is real: each candidate of the timm zoo space is a published model and carries
     its ImageNet top-1.
@@ -46,6 +49,9 @@ class HardwareObjective:
     def __init__(self, space: Any, accuracy_fn: Callable[[Any], float], cost: HardwareCostModel,
                  objectives: Sequence[str] = ("latency_ms",), constraints: HardwareConstraints | None = None,
                  prune_infeasible: bool = True):
+        if not callable(accuracy_fn):
+            raise DippmError(f"accuracy_fn must be a function of a candidate that returns its accuracy, got "
+                             f"{accuracy_fn!r}.")
         unknown = [o for o in objectives if o not in COST_OBJECTIVES]
         if unknown:
             raise DippmError(f"unknown cost objective(s) {unknown}; choose from {', '.join(COST_OBJECTIVES)}.")
@@ -72,11 +78,14 @@ class HardwareObjective:
         candidate = self.space.sample(trial)
         trial.set_user_attr("architecture", dict(candidate.arch))
         try:
-            prediction = self.cost.score(candidate)
-        except Exception as exc:  # a candidate that cannot be featurized is a pruned trial, not a crash
+            graph = self.cost.graph(candidate)
+        except (CacheFault, OSError, MemoryError):
+            raise  # the cache's location, the disk, the machine: a fault of ours fails the trial
+        except Exception as exc:  # a candidate that cannot be exported is a pruned trial, not a crash
             reason = f"featurizing failed: {one_line(exc)}"
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason) from exc
+        prediction = self.cost.predict(graph)  # any error here is the cost model's own, never the candidate's
         record_prediction(trial, prediction)
         constraints = self.constraints or HardwareConstraints(device=self.cost.device.key,
                                                               mig_margin=self.cost.mig_margin)

@@ -1,7 +1,9 @@
-"""A candidate that does not fit the device's memory is infeasible, and a report with nothing to plot
-says why."""
+"""A candidate that does not fit the device's memory is infeasible, a report with nothing to plot says why,
+and a constraint no candidate could meet is refused when it is made."""
 
 from __future__ import annotations
+
+import re
 
 import optuna
 import pytest
@@ -65,3 +67,23 @@ def test_report_names_why_there_is_nothing_to_plot(space):
     study = _study(HardwareObjective(space, proxy, cost, constraints=HardwareConstraints(latency_ms=0.01)))
     with pytest.raises(DippmError, match=r"pruned as infeasible.*latency_ms \(2 of 2\).*closest missed latency_ms"):
         scored_trials(study)
+
+
+@pytest.mark.parametrize("bounds, says", [
+    ({"latency_ms": -1}, "latency_ms bound must be a finite number above 0 (ms per batch), got -1"),
+    ({"latency_ms": 0}, "latency_ms bound must be a finite number above 0"),
+    ({"latency_ms": float("nan")}, "got nan"),
+    ({"energy_j": float("inf")}, "energy_j bound must be a finite number above 0 (J per batch), got inf"),
+    ({"memory_mib": "4GB"}, "memory_mib bound must be a finite number above 0 (MiB), got '4GB'"),
+    ({"memory_mb": True}, "memory_mb bound"),
+    ({"mig_margin": -0.1}, "MIG safety margin must be a fraction >= 0"),
+])
+def test_a_bound_no_candidate_could_meet_is_refused_at_construction(bounds, says):
+    """Rather than every trial pruned in silence, or an Optuna traceback at the first trial."""
+    with pytest.raises(DippmError, match=re.escape(says)):
+        HardwareConstraints(**bounds)
+
+
+def test_an_accuracy_function_must_be_a_function(space):
+    with pytest.raises(DippmError, match="accuracy_fn must be a function of a candidate"):
+        HardwareObjective(space, None, HardwareCostModel("a100-40gb", batch=8))
