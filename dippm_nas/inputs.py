@@ -49,10 +49,16 @@ InputSpec = tuple[TensorSpec, ...]
 InputLike = Sequence[int] | TensorSpec | Sequence[TensorSpec] | str | None
 
 
+#: The largest batch taken: a tensor dimension past a signed 32-bit index is beyond every GPU's memory and
+#: many of its kernels' indexing.
+MAX_BATCH = 2**31 - 1
+
+
 def check_batch(batch: object) -> int:
-    """``batch`` itself if it is a positive int (a bool is not), else :class:`InputSpecError`."""
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
-        raise InputSpecError(f"batch size must be a positive integer, got {batch!r}.")
+    """``batch`` itself if it is an int from 1 to :data:`MAX_BATCH` (a bool is not), else
+    :class:`InputSpecError`."""
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 0 < batch <= MAX_BATCH:
+        raise InputSpecError(f"batch size must be a positive integer up to {MAX_BATCH:,}, got {batch!r}.")
     return batch
 
 

@@ -126,10 +126,12 @@ def cmd_mig(args: argparse.Namespace) -> int:
     check_model_args(args)
     check_has_mig(args.device)
     from dippm_nas._predict import checked_graph, mig_table, predict_graph
+    from dippm_nas.hardware.registry import get_device
 
     graph = checked_graph(args.model, inputs_of(args), args.batch)
     execution = {"layout": args.layout, "mode": args.mode, "host": args.host}
-    whole = predict_graph(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
+    gpu = get_device(args.device).whole_gpu().key  # a slice key stands for its GPU, as in mig_table
+    whole = predict_graph(graph, gpu, args.precision, args.cost_model, args.mig_margin, **execution)
     rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
     if args.json:
         print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),

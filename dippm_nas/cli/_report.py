@@ -32,9 +32,20 @@ def check_storage(url: str) -> str:
     return url
 
 
+def check_outputs(out: str, png: str | None) -> None:
+    """``--out`` must be a file to write and ``--png`` a folder: one line where either is the other, before
+    anything is read or drawn."""
+    if os.path.isdir(out):
+        raise DippmError(f"--out {out} is a folder; give the HTML file to write, such as "
+                         f"{os.path.join(out, 'report.html')}.")
+    if png is not None and (os.path.isfile(png) or os.path.abspath(png) == os.path.abspath(out)):
+        raise DippmError(f"--png {png} is a file (or the --out page); give a folder to write the PNG files into.")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    """``dippm-nas report``: the storage URL is checked before Optuna is imported, and a storage that cannot
-    be opened or holds no such study is one line."""
+    """``dippm-nas report``: the outputs and the storage URL are checked before Optuna is imported, and a
+    storage that cannot be opened or holds no such study is one line."""
+    check_outputs(args.out, args.png)
     check_storage(args.storage)
     import optuna
 

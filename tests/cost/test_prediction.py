@@ -68,6 +68,14 @@ def test_mig_command_names_one_cost_model(capsys):
     assert {p["cost_model"] for p in data["profiles"]} == {data["cost_model"]} and data["units"]["memory_mib"] == "MiB"
 
 
+def test_mig_of_a_slice_key_lists_its_whole_gpu_first(capsys):
+    """A slice key stands for its GPU: the first row is the whole GPU's, not the slice's again."""
+    code, out = _run(capsys, "mig", "resnet18", "--batch", "8", "--device", "a100-40gb:1g.5gb")
+    whole = next(line for line in out.splitlines() if line.startswith("whole GPU")).split()
+    slice_ = next(line for line in out.splitlines() if line.startswith("1g.5gb ")).split()
+    assert code == 0 and "on a100-40gb:" in out and whole[2] == "108" and slice_[1] == "14"
+
+
 def test_out_of_memory_is_said_plainly(capsys):
     p = predict("resnet50", batch=4096, device="rtx4090", precision="fp16")
     assert p.fits is False and p.memory_mib > 24 * 1024 and p.memory_available_mib == 24 * 1024
