@@ -103,7 +103,7 @@ def _operator_data(args: argparse.Namespace):
 
 def cmd_train_operators(args: argparse.Namespace) -> int:
     """Fit the operator model on every operator sample and training record, and ship it."""
-    from dippm_nas.cost.card import OPERATOR_WEIGHTS
+    from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
     from dippm_nas.cost.operator_model import load
     from dippm_nas.training.operator_training import OperatorTraining, fit
 
@@ -111,6 +111,7 @@ def cmd_train_operators(args: argparse.Namespace) -> int:
     model = fit(samples, records, OperatorTraining(seed=args.seed))
     model.save(OPERATOR_WEIGHTS)
     load.cache_clear()
+    operator_model_mismatch.cache_clear()
     print(f"operator model trained on {len(samples)} operators of {len(set(samples.gpu))} GPUs and {len(records)} "
           f"records: {OPERATOR_WEIGHTS}.safetensors, card {OPERATOR_WEIGHTS}.json")
     return 0

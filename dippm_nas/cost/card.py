@@ -106,9 +106,11 @@ def load_card(path: Path = WEIGHTS / "pmgns") -> Card:
                 raw.get("held_out_family_latency", {}).get("mape"))
 
 
+@cache
 def operator_model_mismatch(path: Path = OPERATOR_WEIGHTS) -> str | None:
     """Why the operator model at ``path`` cannot answer, or None where it can: no weights, or a card of other
-    features than this version computes. Needs no torch."""
+    features than this version computes. Needs no torch; read once per path, since every prediction asks
+    (``dippm-nas train --operators`` forgets it when it writes new weights)."""
     from dippm_nas.cost.kernel_structure import FEATURE_NAMES
 
     if not (path.with_suffix(".safetensors").exists() and path.with_suffix(".json").exists()):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
 
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US
-from dippm_nas.cost.card import OPERATOR_WEIGHTS
+from dippm_nas.cost.card import OPERATOR_WEIGHTS, read_card
 from dippm_nas.cost.kernel_structure import FEATURE_NAMES, GROUPS, NAMED_TILE, UNITS, KernelColumns, candidates
 from dippm_nas.cost.threads import one_thread
 from dippm_nas.hardware.registry import Device
@@ -123,12 +123,27 @@ class CandidateTensors:
                    group=torch.from_numpy(columns.group[operator]), unit=torch.from_numpy(columns.unit[operator]),
                    operators=len(columns))
 
+    def take(self, rows: torch.Tensor, operator: torch.Tensor, operators: int) -> CandidateTensors:
+        """The candidates at ``rows``, as the candidates of ``operator`` among ``operators`` operators."""
+        return replace(self, operator=operator, operators=operators,
+                       **{name: getattr(self, name)[rows] for name in _PER_CANDIDATE})
+
+    @staticmethod
+    def concatenate(parts: list[CandidateTensors], operator: torch.Tensor, operators: int) -> CandidateTensors:
+        """Several sets of candidates as one, as the candidates of ``operator`` among ``operators`` operators."""
+        return CandidateTensors(operator=operator, operators=operators,
+                                **{name: torch.cat([getattr(p, name) for p in parts]) for name in _PER_CANDIDATE})
+
     def seconds(self, network: OperatorNetwork) -> torch.Tensor:
         """Each operator's seconds: its fastest candidate's (differentiable in the chosen one)."""
         times = network(self.features, self.compute_s, self.memory_s, self.log_headroom, self.tensor_cores,
                         self.group, self.unit)
         fastest = torch.full((self.operators,), float("inf"), dtype=times.dtype)
         return fastest.scatter_reduce(0, self.operator, times, reduce="amin")
+
+
+#: The fields of :class:`CandidateTensors` with one row per candidate.
+_PER_CANDIDATE = tuple(f.name for f in fields(CandidateTensors) if f.name not in ("operator", "operators"))
 
 
 @dataclass(frozen=True)
@@ -160,7 +175,7 @@ def load(path: Path = OPERATOR_WEIGHTS) -> OperatorModel:
     """The operator model at ``path``, read once."""
     from safetensors.torch import load_file
 
-    card = json.loads(path.with_suffix(".json").read_text())
+    card = read_card(path)
     network = OperatorNetwork()
     network.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
     network.eval()

@@ -25,7 +25,8 @@ from dippm_nas.training.dataset import configurations, load_graphs
 from dippm_nas.training.records import Record
 
 
-def _stderr(line: str) -> None:
+def progress_to_stderr(line: str) -> None:
+    """The operator model's training and reports say how far they are, a line at a time, on stderr."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -80,7 +81,7 @@ def training_records(records: Sequence[Record], seed: int = 0) -> list[Record]:
     return kept
 
 
-def record_set(records: Sequence[Record], progress: Callable[[str], None] = _stderr) -> RecordSet:
+def record_set(records: Sequence[Record], progress: Callable[[str], None] = progress_to_stderr) -> RecordSet:
     """Every record whose graph the project's store holds, ready for :func:`record_latencies`."""
     graphs = load_graphs({r.graph_key for r in records})
     kept = [r for r in records if r.graph_key in graphs]

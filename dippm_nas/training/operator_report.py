@@ -21,13 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from dippm_nas.training.operator_data import GEMM_CLASS
+from dippm_nas.training.operator_records import progress_to_stderr
 from dippm_nas.training.operator_training import HeldOut
-
-
-def _stderr(line: str) -> None:
-    import sys
-
-    print(line, file=sys.stderr, flush=True)
 
 #: The bars the operator-model issue sets: median over held-out GPUs per category, and no GPU above the last.
 OPERATOR_BARS = {"gemm-class": 0.15, "others": 0.20, "any GPU": 0.25}
@@ -83,7 +78,7 @@ class OperatorFigures:
         return out
 
 
-def transformer_figures(progress: Callable[[str], None] = _stderr) -> dict[str, dict[str, dict[str, float]]]:
+def transformer_figures(progress: Callable[[str], None] = progress_to_stderr) -> dict[str, dict[str, dict[str, float]]]:
     """Per GPU of NeuSight's labels: each cost model's MAPE, and the records, on its whole transformers."""
     import warnings
 

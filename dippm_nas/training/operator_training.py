@@ -11,7 +11,6 @@ Every setting is fixed here, before any GPU is held out; nothing is chosen on a 
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,7 +22,7 @@ from dippm_nas.cost.kernel_structure import FEATURE_NAMES, GROUPS, UNITS
 from dippm_nas.cost.operator_model import MIN_KERNEL_S, CandidateTensors, OperatorModel, OperatorNetwork
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.training.operator_data import OperatorSamples, gap_of, protocol_gaps
-from dippm_nas.training.operator_records import RecordSet, record_latencies
+from dippm_nas.training.operator_records import RecordSet, progress_to_stderr, record_latencies
 
 
 @dataclass(frozen=True)
@@ -38,10 +37,6 @@ class OperatorTraining:
     record_batch: int = 32
     record_weight: float = 1.0
     seed: int = 0
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,12 +56,7 @@ class _Stacked:
             parts.append(CandidateTensors.of(samples.columns.take(index), get_device(gpu), use_named_tiles))
             offsets.append(index)
         operator = np.concatenate([o[p.operator.numpy()] for o, p in zip(offsets, parts)])
-        stacked = CandidateTensors(
-            operator=torch.from_numpy(operator), features=torch.cat([p.features for p in parts]),
-            compute_s=torch.cat([p.compute_s for p in parts]), memory_s=torch.cat([p.memory_s for p in parts]),
-            log_headroom=torch.cat([p.log_headroom for p in parts]),
-            tensor_cores=torch.cat([p.tensor_cores for p in parts]), group=torch.cat([p.group for p in parts]),
-            unit=torch.cat([p.unit for p in parts]), operators=len(samples))
+        stacked = CandidateTensors.concatenate(parts, torch.from_numpy(operator), len(samples))
         order = np.argsort(operator, kind="stable")
         ordered = operator[order]
         return cls(stacked, np.searchsorted(ordered, np.arange(len(samples))),
@@ -76,13 +66,8 @@ class _Stacked:
         """The candidates of the samples at ``index``, their operators renumbered 0..len(index)-1."""
         lengths = self.end[index] - self.start[index]
         rows = np.concatenate([self.order[s:e] for s, e in zip(self.start[index], self.end[index])])
-        rows_t = torch.from_numpy(rows)
-        c = self.candidates
-        return CandidateTensors(operator=torch.from_numpy(np.repeat(np.arange(len(index)), lengths)),
-                                features=c.features[rows_t], compute_s=c.compute_s[rows_t],
-                                memory_s=c.memory_s[rows_t], log_headroom=c.log_headroom[rows_t],
-                                tensor_cores=c.tensor_cores[rows_t], group=c.group[rows_t], unit=c.unit[rows_t],
-                                operators=len(index))
+        return self.candidates.take(torch.from_numpy(rows),
+                                    torch.from_numpy(np.repeat(np.arange(len(index)), lengths)), len(index))
 
 
 def _weights(samples: OperatorSamples, sweep_weight: float) -> np.ndarray:
@@ -93,7 +78,7 @@ def _weights(samples: OperatorSamples, sweep_weight: float) -> np.ndarray:
 
 
 def fit(samples: OperatorSamples, records: RecordSet | None = None, config: OperatorTraining = OperatorTraining(),
-        progress: Callable[[str], None] = _stderr) -> OperatorModel:
+        progress: Callable[[str], None] = progress_to_stderr) -> OperatorModel:
     """The operator model fitted on ``samples`` and, where given, whole-model ``records`` (all of them: hold a
     GPU out by leaving its samples and records out)."""
     torch.manual_seed(config.seed)
@@ -184,7 +169,7 @@ class HeldOut:
 
 def leave_one_gpu_out(samples: OperatorSamples, records: RecordSet | None = None,
                       config: OperatorTraining = OperatorTraining(),
-                      progress: Callable[[str], None] = _stderr) -> list[HeldOut]:
+                      progress: Callable[[str], None] = progress_to_stderr) -> list[HeldOut]:
     """Each GPU held out in turn: the model fitted on the others' samples and records, then every sample of
     the held-out GPU predicted. GPUs of one chip and memory size measured on two boards (NeuSight's
     A100-PCIE-40GB and A100 80GB PCIe) are held out together."""
