@@ -36,7 +36,6 @@ import importlib.util
 import inspect
 import json
 import os
-import re
 import sqlite3
 import sys
 import types
@@ -47,13 +46,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dippm_nas._cache_location import CACHE_DIR_ENV, NO_CACHE_ENV, cache_dir
 from dippm_nas.cache import CacheFault, GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
 from dippm_nas.inputs import InputLike, normalize_inputs
+from dippm_nas.model_names import FACTORY_PATTERN
 
-CACHE_DIR_ENV = "DIPPM_NAS_CACHE_DIR"
-NO_CACHE_ENV = "DIPPM_NAS_NO_CACHE"
 CACHE_FILE = "graphs.sqlite"
 #: The kind of the keys (:class:`~dippm_nas.cache.GraphCache` counts hits by kind).
 KIND = "model"
@@ -62,20 +61,8 @@ FRAMEWORKS = ("torch", "timm", "apache-tvm", "onnx", "onnxscript", "transformers
               "paddlepaddle", "paddle2onnx")
 #: Directories with more files than this are not fingerprinted (their model is built every time).
 MAX_FILES = 10_000
-_CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _PLAIN = (bool, int, float, str, type(None))
 _DB_ERRORS = (sqlite3.Error, OSError, ValueError, KeyError, TypeError, zlib.error)
-
-
-def cache_dir() -> Path | None:
-    """The directory the graph cache lives in, or None when ``DIPPM_NAS_NO_CACHE`` is set (to anything but
-    ``0`` or an empty string)."""
-    if os.environ.get(NO_CACHE_ENV, "").strip() not in ("", "0"):
-        return None
-    if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dippm-nas"
 
 
 _STORES: dict[Path, GraphCache | None] = {}
@@ -208,7 +195,7 @@ def _description(model: Any) -> list[object] | None:
         if os.path.exists(model):
             fingerprint = _path_fingerprint(Path(model))
             return None if fingerprint is None else ["path", model, fingerprint]
-        if _CALLABLE.match(model):
+        if FACTORY_PATTERN.match(model):
             origin = _module_file(model.partition(":")[0])
             return None if origin is None else ["callable", model, origin]
         return ["name", model]

@@ -35,7 +35,10 @@ class TensorSpec:
                 "(leave the batch dimension out: e.g. 3,224,224 for an image, 128 for token ids)."
             )
         if self.dtype not in DTYPES:
-            raise InputSpecError(f"input {self.name!r} has dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}.")
+            advice = (" TVM's importer takes no complex tensors: give the real and imaginary parts as two float32 "
+                      "inputs (a model that takes them apart)." if self.dtype.startswith("complex") else "")
+            raise InputSpecError(f"input {self.name!r} has dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}."
+                                 + advice)
 
     def with_batch(self, batch: int) -> tuple[int, ...]:
         """The full tensor shape, with ``batch`` as the leading dimension."""

@@ -26,7 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from dippm_nas.errors import DippmError
-from dippm_nas.integration import HardwareConstraints, HardwareCostModel, HardwareObjective, is_feasible
+from dippm_nas.integration import HardwareConstraints, HardwareCostModel, HardwareObjective, is_feasible, open_study
 from search_spaces import get_search_space
 from search_spaces.proxies import naswot_score
 
@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
     proxy.metric_name = "NASWOT proxy"
     objective = HardwareObjective(space, proxy, cost, objectives=(), constraints=constraints)
-    study = optuna.create_study(study_name=args.study, storage=args.storage, load_if_exists=True,
-                                directions=objective.directions, sampler=optuna.samplers.TPESampler(seed=args.seed))
+    # workers that share --storage: the study is created race-free, and a killed worker's trial is run again
+    sampler = optuna.samplers.TPESampler(seed=args.seed)
+    study = open_study(args.storage, args.study, objective.directions, sampler=sampler)
     study.set_metric_names(objective.metric_names)
     study.optimize(objective, n_trials=args.trials, show_progress_bar=True)
 

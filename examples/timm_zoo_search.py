@@ -15,7 +15,13 @@ import warnings
 import optuna
 
 from dippm_nas.errors import DippmError
-from dippm_nas.integration import HardwareConstraints, HardwareCostModel, HardwareObjective, feasible_pareto_front
+from dippm_nas.integration import (
+    HardwareConstraints,
+    HardwareCostModel,
+    HardwareObjective,
+    feasible_pareto_front,
+    open_study,
+)
 from search_spaces import get_search_space
 
 CURATED = ["resnet18", "resnet50", "resnet101", "mobilenetv3_large_100", "efficientnet_b0", "efficientnet_b3",
@@ -56,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
     top1.metric_name = "ImageNet top-1 (%)"
     objective = HardwareObjective(space, top1, cost, objectives=("latency_ms", "energy_j"), constraints=constraints)
-    study = optuna.create_study(study_name=args.study, storage=args.storage, load_if_exists=True,
-                                directions=objective.directions, sampler=optuna.samplers.TPESampler(seed=args.seed))
+    # workers that share --storage: the study is created race-free, and a killed worker's trial is run again
+    sampler = optuna.samplers.TPESampler(seed=args.seed)
+    study = open_study(args.storage, args.study, objective.directions, sampler=sampler)
     study.set_metric_names(objective.metric_names)
     study.optimize(objective, n_trials=args.trials, show_progress_bar=True)
 

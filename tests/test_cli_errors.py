@@ -4,6 +4,7 @@ with ``--json`` the same message is also JSON on stdout. Argument errors come be
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,24 @@ def data_dependent():
     return DataDependent()
 
 
+class NonZero(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x)
+
+
+def nonzero():
+    return NonZero()
+
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x).real
+
+
+def spectrum():
+    return Spectrum()
+
+
 def raises():
     raise RuntimeError("the factory failed on purpose")
 
@@ -57,6 +76,16 @@ BAD_INPUTS = {
     "factory module that does not import": (["predict", "no_such_module_xyz:build"], "cannot import"),
     "data-dependent control flow": (["predict", "user_models:data_dependent", "--input-shape", "8"],
                                     "data-dependent control flow"),
+    "output shape that depends on the data": (["predict", "user_models:nonzero", "--input-shape", "8"],
+                                              "depends on the values of its input (torch.nonzero"),
+    "complex numbers inside the model": (["predict", "user_models:spectrum", "--input-shape", "8"],
+                                         "computes with complex numbers"),
+    "complex input": (["predict", "resnet18", "--input", "x=16:complex64"], "takes no complex tensors"),
+    "sequence past the model's positions": (["predict", "hf:gpt2", "--input", "input_ids=2048:int64"],
+                                            "gpt2 takes at most 1024 positions"),
+    "input the model does not take": (["predict", "hf:bert", "--input", "foo=128:int64"],
+                                      "take one input, input_ids (token ids), not foo"),
+    "token ids that are floats": (["predict", "hf:bert", "--input", "input_ids=128:float32"], "int64 or int32"),
     "negative MIG margin": (["predict", "resnet18", "--mig-margin", "-0.5"], "fraction >= 0"),
     "huge MIG margin": (["predict", "resnet18", "--mig-margin", "50"], "from 0 to 1"),
     "MIG margin that is no number": (["predict", "resnet18", "--mig-margin", "nan"], "fraction >= 0"),
@@ -226,6 +255,7 @@ FAST = textwrap.dedent("""
     ["predict", "resnet50", "--precision", "fp8"],
     ["predict", "resnet50", "--input", "x=3,a"],
     ["predict", "missing.onnx"],
+    ["predict", "no_such_module_xyz:build"],
     ["mig", "resnet50", "--device", "rtx4090"],
     ["report", "--storage", "bogus://x", "--study", "s"],
 ], ids=lambda argv: " ".join(argv[1:]))
@@ -238,3 +268,16 @@ def test_argument_errors_import_nothing_heavy(argv):
     seconds, heavy = done.stdout.split(" ")
     assert heavy.strip() == "", f"imported {heavy.strip()}"
     assert float(seconds) < 0.5 and wall < 5, (seconds, wall)  # the bar is < 1 s for the whole command
+
+
+def test_an_unknown_timm_name_is_answered_from_the_names_kept(tmp_path):
+    """Once a timm model has been built, timm's names are kept beside the graph cache: an unknown name is
+    then answered, with the closest names, before timm and torch load."""
+    import importlib.metadata
+
+    (tmp_path / f"timm-models-{importlib.metadata.version('timm')}.txt").write_text("resnet50\nresnet18\n")
+    env = {**os.environ, "DIPPM_NAS_CACHE_DIR": str(tmp_path), "DIPPM_NAS_NO_CACHE": "0"}
+    done = subprocess.run([sys.executable, "-c", FAST, "predict", "resnet5"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env)
+    assert done.returncode == 2 and "Did you mean: resnet50, resnet18?" in done.stderr, done.stderr
+    assert done.stdout.split(" ")[1].strip() == "", "imported something heavy"

@@ -85,3 +85,24 @@ def test_help_runs(name):
     proc = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "usage:" in proc.stdout
+
+
+def _readme_nas_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text[text.index("## NAS with Optuna"):].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_nas_snippet_runs_as_written_in_two_workers(tmp_path):
+    """The README's snippet, with 10 trials, in two worker processes started together on one fresh storage."""
+    code = _readme_nas_snippet()
+    assert "n_trials=200" in code
+    code = code.replace("n_trials=200", "n_trials=10")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    workers = [subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    trials = optuna.load_study(study_name="mobilenetv3-a100", storage=f"sqlite:///{tmp_path / 'nas.db'}").trials
+    states = {t.state for t in trials}
+    assert len(trials) == 20 and states <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
+    assert all(t.user_attrs["mig_slice"] == "1g.5gb" for t in trials if "mig_slice" in t.user_attrs)

@@ -64,12 +64,15 @@ def check_model_args(args: argparse.Namespace) -> None:
     imported: the batch, the device (and MIG profile), the margin, the inputs and a model file's existence."""
     from dippm_nas.hardware.registry import get_device
     from dippm_nas.inputs import check_batch, normalize_inputs
+    from dippm_nas.model_names import check_factory_module, check_timm_name
 
     check_batch(args.batch)
     get_device(args.device)
     check_mig_margin(args.mig_margin)
     normalize_inputs(inputs_of(args))
     check_model_path(args.model)
+    check_factory_module(args.model)
+    check_timm_name(args.model)
     if getattr(args, "top", 0) < 0:
         raise DippmError(f"--top {args.top}: give how many of the slowest operators to list, 1 or more "
                          "(0, the default, lists none).")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import re
 import reprlib
 
 import torch
@@ -12,8 +11,7 @@ from dippm_nas.errors import ModelLoadError, one_line
 from dippm_nas.frontends._module import load_module
 from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec
-
-_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+from dippm_nas.model_names import FACTORY_PATTERN
 
 
 def load_callable(target: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
@@ -43,4 +41,5 @@ def load_callable(target: str, inputs: InputSpec | None, batch: int) -> LoadedMo
     return load_module(model, inputs, batch, target, "callable")
 
 
-register_frontend("callable", lambda m: isinstance(m, str) and bool(_PATTERN.match(m)), load_callable, priority=60)
+register_frontend("callable", lambda m: isinstance(m, str) and bool(FACTORY_PATTERN.match(m)), load_callable,
+                  priority=60)

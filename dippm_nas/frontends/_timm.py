@@ -9,10 +9,11 @@ from pathlib import Path
 import timm
 import torch
 
-from dippm_nas.errors import UnknownModelError, suggest
+from dippm_nas.errors import UnknownModelError
 from dippm_nas.frontends._module import load_module
 from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
+from dippm_nas.model_names import not_a_model, remember_timm_names
 
 
 def timm_family(name: str) -> str:
@@ -46,15 +47,9 @@ def default_input(model: torch.nn.Module) -> TensorSpec:
 def load_timm(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
     """A timm model by name, at its default input unless ``inputs`` are given; raises UnknownModelError
     with the closest timm names for a name timm does not know."""
+    remember_timm_names(timm.list_models)
     if not timm.is_model(name):
-        not_a_model = _path_that_is_not_a_model(name)
-        if not_a_model:
-            raise UnknownModelError(not_a_model)
-        raise UnknownModelError(
-            f"{name!r} is not a timm model, a model file or directory that exists, 'module:factory' or "
-            "'hf:<type>' (`dippm-nas predict --help` lists every kind)."
-            + suggest(name, timm.list_models(), n=5)
-        )
+        raise UnknownModelError(_path_that_is_not_a_model(name) or not_a_model(name, timm.list_models()))
     model = build_timm(name)
     return load_module(model, inputs or (default_input(model),), batch, name, "timm", timm_family(name))
 

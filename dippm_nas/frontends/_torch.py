@@ -307,6 +307,23 @@ EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurren
                     **{op: _kept_whole for op in operators.kept_whole_aten()}}
 
 
+#: Causes of an import failure that no converter can get past, by a word of the error, and what a user can do.
+IMPORT_LIMITS = (
+    ("DataDependent", "its output shape depends on the values of its input (torch.nonzero, torch.unique, boolean "
+                      "masking), and a prediction needs every shape before the model runs: predict a version with "
+                      "a fixed-size operator instead (torch.topk, a mask multiplied in)"),
+    ("complex", "it computes with complex numbers (torch.fft, complex tensors), which TVM's importer does not "
+                "take: predict a version that keeps real and imaginary parts as two float tensors"),
+)
+
+
+def import_advice(exc: BaseException) -> str:
+    """What to do about an import failure that is a limit of the importer, not a fault of ours ('' if unknown)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "".join(f". The model cannot be predicted as it is: {advice}." for word, advice in IMPORT_LIMITS
+                   if word in text)
+
+
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
                    name: str) -> tuple[object, tuple[str, ...]]:
     """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings."""
@@ -330,7 +347,7 @@ def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
     except ExportError:
         raise
     except Exception as exc:
-        raise ExportError(f"TVM could not import {name}: {one_line(exc)}") from exc
+        raise ExportError(f"TVM could not import {name}: {one_line(exc)}{import_advice(exc)}") from exc
     notes += tuple(
         f"{name}: TVM failed to convert {failure}; that node is kept as a generic node"
         for failure in sorted(set(importer.fallbacks))

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import torch
 
-from dippm_nas.errors import ModelLoadError, suggest
+from dippm_nas.errors import InputSpecError, ModelLoadError, suggest
 from dippm_nas.frontends._module import load_module
 from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 DEFAULT_SEQUENCE_LENGTH = 128
 PREFIX = "hf:"
+#: The one input these models are called with.
+TOKEN_IDS = "input_ids"
+#: Names an input gets when the user names none (``--input 128:int64``, a bare shape): taken as the token ids.
+UNNAMED = ("x", "input0")
+#: Config fields that bound the positions a model embeds, as transformers' configs name them.
+MAX_POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length")
 
 
 class _TokenIdsOnly(torch.nn.Module):
@@ -94,11 +100,37 @@ def load_transformers(target: str | object, inputs: InputSpec | None, batch: int
         config, architecture = config_file(target.removeprefix(PREFIX))
     else:
         config = config_for(target.removeprefix(PREFIX)) if isinstance(target, str) else target
-    model = _TokenIdsOnly(build_from_config(config, architecture))
-    spec = inputs or (TensorSpec((DEFAULT_SEQUENCE_LENGTH,), "int64", "input_ids"),)
     model_type = getattr(config, "model_type", "transformers")
+    spec = token_ids(inputs, config, model_type)
+    model = _TokenIdsOnly(build_from_config(config, architecture))
     name = target if isinstance(target, str) else f"{PREFIX}{model_type}"
     return load_module(model, spec, batch, name, "transformers", model_type)
+
+
+def token_ids(inputs: InputSpec | None, config: object, model_type: str) -> InputSpec:
+    """The token-ids input a model is called with: ``inputs`` checked (one input, ``input_ids`` or unnamed,
+    integer, a sequence no longer than the config's position limit), or 128 int64 ids."""
+    if not inputs:
+        return (TensorSpec((DEFAULT_SEQUENCE_LENGTH,), "int64", TOKEN_IDS),)
+    named = [s.name for s in inputs if s.name not in UNNAMED]
+    if len(inputs) != 1 or named not in ([], [TOKEN_IDS]):
+        raise InputSpecError(f"hf: models take one input, {TOKEN_IDS} (token ids), not "
+                             f"{', '.join(s.name for s in inputs)}; give e.g. --input {TOKEN_IDS}=128:int64.")
+    spec = inputs[0]
+    if len(spec.shape) != 1:
+        raise InputSpecError(f"{TOKEN_IDS} is a sequence of token ids: give its length alone (e.g. 128), not the "
+                             f"shape {','.join(map(str, spec.shape))}.")
+    if spec.name in UNNAMED and spec.dtype == "float32":  # a bare length: the ids' usual dtype
+        spec = TensorSpec(spec.shape, "int64", TOKEN_IDS)
+    if spec.dtype not in ("int64", "int32"):
+        raise InputSpecError(f"{TOKEN_IDS} are token ids, int64 or int32, not {spec.dtype}.")
+    length = spec.shape[0]
+    for field in MAX_POSITION_FIELDS:
+        limit = getattr(config, field, None)
+        if isinstance(limit, int) and not isinstance(limit, bool) and length > limit:
+            raise InputSpecError(f"{model_type} takes at most {limit} positions (its config's {field}), not "
+                                 f"{length}: give a sequence of {limit} or fewer, or a config with a larger {field}.")
+    return (TensorSpec(spec.shape, spec.dtype, TOKEN_IDS),)
 
 
 def _is_transformers(model: object) -> bool:

@@ -76,9 +76,10 @@ class HardwareCostModel:
         """A search-space candidate, or any model :func:`dippm_nas.predict` accepts."""
         return self.predict(self.graph(candidate, inputs))
 
-    def predict(self, graph: ModelGraph) -> Prediction:
-        """The prediction of a graph :meth:`graph` made, on this cost model's device and settings."""
+    def predict(self, graph: ModelGraph, device: str | None = None) -> Prediction:
+        """The prediction of a graph :meth:`graph` made, with this cost model's settings, on its device or
+        on ``device`` (a MIG slice of it, ``a100-40gb:1g.5gb``, say)."""
         from dippm_nas._predict import predict_graph
 
-        return predict_graph(graph, self.device, self.precision, self.cost_model, self.mig_margin,
-                             layout=self.layout, mode=self.mode, host=self.host)
+        return predict_graph(graph, get_device(device) if device else self.device, self.precision, self.cost_model,
+                             self.mig_margin, layout=self.layout, mode=self.mode, host=self.host)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +14,17 @@ from dippm_nas.cache import CacheFault
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.integration.constraints import FITS_MEMORY, HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
+
+_LOG = logging.getLogger(__name__)
+
+#: How many trials in a row may fail on a fault of the machinery before the study stops: one is a
+#: hiccup (a busy disk, a worker's lock), several in a row are a cause to fix first.
+FAULTS_IN_A_ROW = 3
+
+
+class SearchStopped(DippmError):
+    """Several trials in a row failed on a fault of dippm-nas's own machinery, not of their candidates."""
+
 
 #: The costs an objective can minimise: latency and energy per batch, energy per sample, memory in MiB
 #: (``memory_mb`` is the deprecated name of ``memory_mib``).
@@ -27,7 +41,8 @@ class HardwareObjective:
     (:data:`~dippm_nas.integration.constraints.FITS_MEMORY`). A candidate that fails to export is pruned
     too, with the reason in its ``prune_reason`` attribute; the study goes on. A fault of the machinery
     (a cache file that cannot be opened, the disk, an error of the cost model itself) is not the
-    candidate's: it fails the trial and stops the study with its cause.
+    candidate's: it fails the trial with a warning that gives the cause (its ``fault`` attribute keeps
+    it), and ``max_faults_in_a_row`` such failures in a row stop the study with :class:`SearchStopped`.
 
     Here the accuracy is real: each candidate of the timm zoo space is a published model and carries
     its ImageNet top-1.
@@ -48,7 +63,7 @@ class HardwareObjective:
 
     def __init__(self, space: Any, accuracy_fn: Callable[[Any], float], cost: HardwareCostModel,
                  objectives: Sequence[str] = ("latency_ms",), constraints: HardwareConstraints | None = None,
-                 prune_infeasible: bool = True):
+                 prune_infeasible: bool = True, max_faults_in_a_row: int = FAULTS_IN_A_ROW):
         if not callable(accuracy_fn):
             raise DippmError(f"accuracy_fn must be a function of a candidate that returns its accuracy, got "
                              f"{accuracy_fn!r}.")
@@ -62,6 +77,12 @@ class HardwareObjective:
         self.objectives = tuple(objectives)
         self.constraints = constraints
         self.prune_infeasible = prune_infeasible
+        if isinstance(max_faults_in_a_row, bool) or not isinstance(max_faults_in_a_row, int) \
+                or max_faults_in_a_row < 1:
+            raise DippmError(f"max_faults_in_a_row must be a whole number of at least 1, got {max_faults_in_a_row!r}.")
+        self.max_faults_in_a_row = max_faults_in_a_row
+        self._faults_in_a_row = 0
+        self._faults_lock = threading.Lock()  # Optuna's n_jobs runs trials in threads
 
     @property
     def directions(self) -> list[str]:
@@ -79,17 +100,23 @@ class HardwareObjective:
         trial.set_user_attr("architecture", dict(candidate.arch))
         try:
             graph = self.cost.graph(candidate)
-        except (CacheFault, OSError, MemoryError):
-            raise  # the cache's location, the disk, the machine: a fault of ours fails the trial
+        except (CacheFault, OSError, MemoryError) as exc:  # the cache's location, the disk, the machine
+            return self._fault(trial, exc)
         except Exception as exc:  # a candidate that cannot be exported is a pruned trial, not a crash
             reason = f"featurizing failed: {one_line(exc)}"
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason) from exc
-        prediction = self.cost.predict(graph)  # any error here is the cost model's own, never the candidate's
-        record_prediction(trial, prediction)
         constraints = self.constraints or HardwareConstraints(device=self.cost.device.key,
                                                               mig_margin=self.cost.mig_margin)
-        values = constraints.apply(trial, prediction)
+        try:
+            prediction = self.cost.predict(graph)
+            on_slices = self._slice_predictions(graph, prediction, constraints)
+        except Exception as exc:  # any error here is the cost model's own, never the candidate's
+            return self._fault(trial, exc)
+        with self._faults_lock:
+            self._faults_in_a_row = 0
+        record_prediction(trial, prediction)
+        values = constraints.apply(trial, prediction, on_slices)
         if self.prune_infeasible and not HardwareConstraints.feasible(values):
             broken = ", ".join(_broken(k, v, prediction) for k, v in values.items() if v > 0)
             trial.set_user_attr("prune_reason", f"infeasible before training: {broken}")
@@ -97,6 +124,30 @@ class HardwareObjective:
         accuracy = float(self.accuracy_fn(candidate))
         return (accuracy, *(float(getattr(prediction, "memory_mib" if o == "memory_mb" else o))
                             for o in self.objectives))
+
+    def _slice_predictions(self, graph, prediction, constraints: HardwareConstraints) -> dict[str, Any]:
+        """The candidate's prediction in each slice its latency or energy bound is judged in (none is needed
+        where only memory is bounded, or for the slice the cost model scores on)."""
+        if not constraints.judges_slice_speed:
+            return {}
+        return {profile: self.cost.predict(graph, device=key)
+                for profile, key in constraints.slice_devices().items() if key != prediction.device}
+
+    def _fault(self, trial: optuna.Trial, exc: Exception) -> tuple[float, ...]:
+        """Fail the trial on a fault of ours (NaN values fail an Optuna trial and let the study go on),
+        or stop the study when the faults come ``max_faults_in_a_row`` in a row."""
+        cause = one_line(exc)
+        with self._faults_lock:
+            self._faults_in_a_row += 1
+            in_a_row = self._faults_in_a_row
+        trial.set_user_attr("fault", cause)
+        if in_a_row >= self.max_faults_in_a_row:
+            raise SearchStopped(f"{in_a_row} trials in a row failed on a fault of dippm-nas, not of their "
+                                f"candidates; the last: {cause}. Fix it and resume the study: its storage keeps "
+                                "every trial.") from exc
+        _LOG.warning("trial %d failed on a fault of dippm-nas, not of its candidate (%d in a row; the study "
+                     "stops at %d): %s", trial.number, in_a_row, self.max_faults_in_a_row, cause)
+        return (math.nan,) * len(self.directions)
 
 
 def _broken(key: str, value: float, prediction) -> str:

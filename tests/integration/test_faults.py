@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from pathlib import Path
 
 import optuna
 import pytest
 
 from dippm_nas.cache import CacheFault, GraphCache
-from dippm_nas.integration import HardwareCostModel, HardwareObjective
+from dippm_nas.integration import HardwareCostModel, HardwareObjective, SearchStopped
 from search_spaces import get_search_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -61,25 +62,45 @@ def test_a_damaged_shared_cache_is_set_aside_and_the_search_goes_on(space, tmp_p
     assert len(GraphCache(path)) > 3  # made again, and whole
 
 
+def _read_only_folder(tmp_path) -> Path:
+    """A folder no file can be made in: one without write permission, or, for root (whom permissions do not
+    stop), sysfs."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    return folder
+
+
 def test_a_cache_location_that_cannot_hold_one_is_one_error_naming_it(tmp_path):
     (tmp_path / "a_folder.sqlite").mkdir()
     (tmp_path / "a_file").write_text("not a folder")
-    for path in (tmp_path / "a_folder.sqlite", tmp_path / "a_file" / "graphs.sqlite"):
+    read_only = _read_only_folder(tmp_path) / "graphs.sqlite"
+    for path in (tmp_path / "a_folder.sqlite", tmp_path / "a_file" / "graphs.sqlite", read_only):
         with pytest.raises(CacheFault, match=re.escape(f"the graph cache {path} cannot be opened") + ".*folder you"):
             HardwareCostModel(batch=2, cache=path)
 
 
-def test_a_fault_of_the_cost_model_fails_the_trial_and_stops_the_study(space, monkeypatch):
+def test_faults_of_the_cost_model_fail_trials_and_a_few_in_a_row_stop_the_study(space, monkeypatch, caplog):
     cost = HardwareCostModel(batch=2)
+    predict, calls = cost.predict, []
 
-    def broken(graph):
-        raise RuntimeError("a bug in the cost model")
+    def broken_on_calls_1_3_4_5(graph):
+        calls.append(graph)
+        if len(calls) in (1, 3, 4, 5):
+            raise RuntimeError("a bug in the cost model")
+        return predict(graph)
 
-    monkeypatch.setattr(cost, "predict", broken)
+    monkeypatch.setattr(cost, "predict", broken_on_calls_1_3_4_5)
     study = optuna.create_study(directions=["maximize", "minimize"])
-    with pytest.raises(RuntimeError, match="a bug in the cost model"):
-        study.optimize(HardwareObjective(space, lambda c: 1.0, cost), n_trials=3)
-    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+    with pytest.raises(SearchStopped, match="3 trials in a row failed on a fault of dippm-nas.*a bug in the cost"):
+        study.optimize(HardwareObjective(space, lambda c: 1.0, cost), n_trials=10)
+    FAIL, COMPLETE = optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE
+    assert [t.state for t in study.trials] == [FAIL, COMPLETE, FAIL, FAIL, FAIL]  # none pruned, none running
+    faults = [t.user_attrs["fault"] for t in study.trials if t.state == FAIL]
+    assert faults == ["RuntimeError: a bug in the cost model"] * 4
+    assert "trial 0 failed on a fault of dippm-nas, not of its candidate" in caplog.text
 
 
 

@@ -87,3 +87,44 @@ def test_a_bound_no_candidate_could_meet_is_refused_at_construction(bounds, says
 def test_an_accuracy_function_must_be_a_function(space):
     with pytest.raises(DippmError, match="accuracy_fn must be a function of a candidate"):
         HardwareObjective(space, None, HardwareCostModel("a100-40gb", batch=8))
+
+
+def test_a_latency_bound_with_a_mig_profile_is_judged_in_that_slice(space):
+    """Scored on the whole GPU, a candidate is judged by its latency in the slice it may run in: a slice
+    has a seventh of the multiprocessors, so a bound the whole GPU meets can be one the slice misses."""
+    cost = HardwareCostModel("a100-40gb", batch=8)
+    candidate = space.extreme()
+    graph = cost.graph(candidate)
+    whole = cost.predict(graph).latency_ms
+    small = cost.predict(graph, device="a100-40gb:1g.5gb").latency_ms
+    larger = cost.predict(graph, device="a100-40gb:3g.20gb").latency_ms
+    assert whole < larger < small
+
+    def judged(bound: float, profiles: tuple[str, ...]) -> optuna.trial.FrozenTrial:
+        constraints = HardwareConstraints(latency_ms=bound, mig_profiles=profiles)
+        study = optuna.create_study(directions=["maximize"])
+        study.enqueue_trial(dict(candidate.arch))
+        study.optimize(HardwareObjective(space, proxy, cost, objectives=(), constraints=constraints), n_trials=1)
+        return study.trials[0]
+
+    missed = judged((whole + larger) / 2, ("1g.5gb",))  # the whole GPU meets it, the slice does not
+    assert missed.state == optuna.trial.TrialState.PRUNED
+    assert missed.user_attrs["mig_slice"] == "1g.5gb" and missed.user_attrs["slice_latency_ms"] == small
+    assert missed.constraints["latency_ms"] == pytest.approx(small - (whole + larger) / 2)
+    assert missed.user_attrs["latency_ms"] == whole  # the objective's figures stay the scored device's
+
+    met = judged((larger + small) / 2, ("1g.5gb", "3g.20gb"))  # met in the larger slice only
+    assert met.state == optuna.trial.TrialState.COMPLETE and is_feasible(met)
+    assert met.user_attrs["mig_slice"] == "3g.20gb" and met.user_attrs["slice_latency_ms"] == larger
+
+    assert judged(small * 1.01, ("1g.5gb", "3g.20gb")).user_attrs["mig_slice"] == "1g.5gb"  # smallest that meets it
+
+
+def test_slice_bounds_need_the_slice_predictions():
+    from dippm_nas.cost import Prediction
+
+    prediction = Prediction(model="m", latency_ms=2.5, energy_j=0.1, memory_mib=900.0, mig_profile="1g.5gb",
+                            device="a100-40gb", precision="fp32", batch=8, cost_model="analytical")
+    with pytest.raises(DippmError, match="give the candidate's prediction on a100-40gb:1g.5gb"):
+        HardwareConstraints(latency_ms=4.0, mig_profiles=("1g.5gb",)).values(prediction)
+    assert "mig:1g.5gb" in HardwareConstraints(memory_mib=4000, mig_profiles=("1g.5gb",)).values(prediction)
