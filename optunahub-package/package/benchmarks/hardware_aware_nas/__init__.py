@@ -1,0 +1,4 @@
+from ._problem import Problem
+
+
+__all__ = ["Problem"]
