@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dippm_nas._model_cache import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
+from dippm_nas.cost.calibration import CALIBRATED_MODEL, Calibration, load_calibration
 from dippm_nas.cost.card import operator_model_mismatch
 from dippm_nas.cost.coverage import not_covered
 from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
@@ -17,6 +19,8 @@ from dippm_nas.hardware.registry import Device, check_layout, check_precision, g
 from dippm_nas.inputs import InputLike, check_batch
 
 DEFAULT_DEVICE = "a100-40gb"
+#: A calibration as the API takes it: a file :mod:`dippm_nas.cost.calibration` wrote, or one loaded; None: none.
+CalibrationLike = Calibration | str | os.PathLike | None
 
 
 @dataclass(frozen=True)
@@ -29,18 +33,24 @@ class Request:
     mig_margin: float
     mode: str
     host: str | HostProfile | None
+    calibration: Calibration | None = None
 
     @classmethod
     def checked(cls, device: str | Device, precision: str, layout: str, mig_margin: float, mode: str,
-                host: str | HostProfile | None) -> Request:
-        """The request, or the DippmError of its first bad argument (each says what to do)."""
+                host: str | HostProfile | None, calibration: CalibrationLike = None) -> Request:
+        """The request, or the DippmError of its first bad argument (each says what to do). A calibration
+        (a file's path, or one loaded) must be of the device's GPU, the precision and the mode."""
         gpu = get_device(device)
         check_precision(precision)
         check_layout(layout)
         check_mig_margin(mig_margin)
         check_mode(mode)
         get_host_profile(host)
-        return cls(gpu, precision, layout, mig_margin, mode, host)
+        if calibration is not None and not isinstance(calibration, Calibration):
+            calibration = load_calibration(calibration)
+        if calibration is not None:
+            calibration.check_for(gpu.whole_gpu().key, precision, mode)
+        return cls(gpu, precision, layout, mig_margin, mode, host, calibration)
 
     def on(self, gpu: Device) -> Request:
         """The same request on another device (a MIG slice of this one)."""
@@ -61,7 +71,8 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
 
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
                   cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
-                  layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None) -> Prediction:
+                  layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
+                  calibration: CalibrationLike = None) -> Prediction:
     """Predict for a graph already built (its batch size is the graph's).
 
     ``mode`` is how the forward pass is issued: ``eager`` (PyTorch's default: one host thread issues each
@@ -73,8 +84,12 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     would. On a MIG slice (``"h100-sxm:7g.80gb"``) the prediction is the slice's: ``mig_profile`` is
     that slice where the model fits it (else None) and ``mig_reason`` says so. ``latency_error`` is the
     answering cost model's error on comparable held-out records, also the last note.
+
+    ``calibration`` (``dippm-nas calibrate``'s file) fits the operator model to the user's own measurements
+    of this GPU and host: the prediction is the operator model's, calibrated, and its latency error the
+    calibration's leave-one-out error. One of another GPU, precision or mode is refused.
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
     return _predict_checked(graph, request, cost_model)
 
 
@@ -82,8 +97,9 @@ def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Pr
     """:func:`predict_graph` for a request already checked."""
     gpu, precision, layout, mig_margin = request.gpu, request.precision, request.layout, request.mig_margin
     mode, host = request.mode, request.host
-    host_profile = get_host_profile(host)
-    estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model, mode, host)
+    calibration = request.calibration
+    host_profile = calibration.host_profile() if calibration else get_host_profile(host)
+    estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model, mode, host, calibration)
     need = required_memory(estimate.memory_mib, mig_margin)
     fits_memory = need <= gpu.memory_mib
     if gpu.slice_of:
@@ -141,10 +157,17 @@ def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: flo
 
 
 def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str, mode: str = "eager",
-              host: str | HostProfile | None = None):
+              host: str | HostProfile | None = None, calibration: Calibration | None = None):
     """``auto``: PMGNS wherever it answers, else the analytical model, saying why. PMGNS and not the operator
-    model: on whole models of GPUs held out of training it errs less on most of them (docs/transfer.md)."""
+    model: on whole models of GPUs held out of training it errs less on most of them (docs/transfer.md). A
+    calibration is the operator model's."""
     execution = {"mode": mode, "host": host}
+    if calibration is not None:
+        if cost_model not in ("auto", CALIBRATED_MODEL):
+            raise DippmError(f"a calibration adjusts the {CALIBRATED_MODEL} cost model, not {cost_model}: leave "
+                             f"the cost model at auto or {CALIBRATED_MODEL}, or predict without the calibration.")
+        return get_cost_model(CALIBRATED_MODEL).estimate(graph, gpu, precision, layout, calibration=calibration,
+                                                         **execution), ()
     if cost_model != "auto":
         return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
     try:
@@ -159,14 +182,16 @@ def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_
 
 def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,
             precision: str = "fp32", *, cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN,
-            layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None) -> Prediction:
+            layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
+            calibration: CalibrationLike = None) -> Prediction:
     """Latency, energy, memory and MIG slice of one inference of ``batch`` inputs on ``device``.
 
     ``model`` is a ``torch.nn.Module``, a timm name, an ``.onnx`` path, ``"package.module:factory"``
     or ``"hf:<model_type>"``. ``input_shape`` excludes the batch: ``(3, 224, 224)``, or a list of
     :class:`~dippm_nas.inputs.TensorSpec` for several or non-image inputs; None takes the model's
     default. ``layout`` is the memory layout the model would run in: ``nchw`` (PyTorch's default) or
-    ``nhwc`` (channels_last). ``mode`` and ``host``: how the operators are issued (:func:`predict_graph`).
+    ``nhwc`` (channels_last). ``mode`` and ``host``: how the operators are issued, and ``calibration`` a fit
+    to the user's own measurements (:func:`predict_graph`).
     ``precision`` is PyTorch's: ``fp32`` its defaults (TF32 in cuDNN convolutions, not in matmuls),
     ``fp32-strict`` and ``tf32`` TF32 off or on everywhere, ``fp16`` and ``bf16`` autocast. Nothing runs
     on a GPU and no weights are materialised.
@@ -175,7 +200,7 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mib < 2000, p.fits
     ('pmgns', '1g.10gb', True, True)
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
     return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
 
 
@@ -224,7 +249,7 @@ class SliceEstimate:
 def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
               cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
               input_shape: InputLike = None, batch: int = 8, layout: str = "nchw", mode: str = "eager",
-              host: str | HostProfile | None = None) -> list[SliceEstimate]:
+              host: str | HostProfile | None = None, calibration: CalibrationLike = None) -> list[SliceEstimate]:
     """Every MIG profile of ``device`` with fit, latency and energy on that slice.
 
     ``model`` is a :class:`ModelGraph` (its batch is the graph's) or anything :func:`predict` takes, with
@@ -237,7 +262,7 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     >>> rows[0].profile, rows[0].fits, rows[0].cost_model.split(" ")[0], len({r.cost_model for r in rows})
     ('1g.10gb', True, 'pmgns', 1)
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
     gpu = request.gpu.whole_gpu()
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "

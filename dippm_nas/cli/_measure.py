@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from dippm_nas.cli._common import parse_ints
 from dippm_nas.errors import DippmError
@@ -32,15 +33,27 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The ten configurations ``measure --quick`` times at each precision, for ``dippm-nas calibrate``: host-bound
+#: ones (batch 1 and 8), GEMM-bound ones (ResNet, ViT, Swin at 64 and 256) and bandwidth-bound ones (depthwise
+#: MobileNetV3 and EfficientNet at 64 and 256), so that each of the calibration's three scales has rows that
+#: depend on it.
+QUICK_MANIFEST = Path(__file__).resolve().parents[1] / "measure" / "data" / "calibration_quick.csv"
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     """``dippm-nas measure``: a missing manifest is said before torch and timm are imported."""
-    if not os.path.exists(args.manifest):
-        raise DippmError(f"no manifest at {args.manifest}; write one with `dippm-nas manifest --out {args.manifest}`.")
+    if args.quick == (args.manifest is not None):
+        raise DippmError("give --manifest, or --quick for the ten configurations a calibration needs, not both.")
+    manifest = QUICK_MANIFEST if args.quick else args.manifest
+    if not os.path.exists(manifest):
+        raise DippmError(f"no manifest at {manifest}; write one with `dippm-nas manifest --out {manifest}`.")
     from dippm_nas.measure import read_manifest, run
 
+    configs = read_manifest(manifest)
+    if args.quick:
+        configs = [c for c in configs if c.precision == args.precision]
     try:
-        run(read_manifest(args.manifest), args.out, args.device, args.budget_s, args.by,
-            what="kernels" if args.kernels else "latency")
+        run(configs, args.out, args.device, args.budget_s, args.by, what="kernels" if args.kernels else "latency")
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
     return 0
@@ -62,7 +75,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         description="Runs each configuration of the manifest with random weights and appends "
                                     "a row with its provenance to --out as it finishes; a rerun skips what is "
                                     "already there. Needs only torch, timm and nvidia-ml-py.")
-    me.add_argument("--manifest", required=True, help="manifest CSV from `dippm-nas manifest`")
+    me.add_argument("--manifest", default=None, help="manifest CSV from `dippm-nas manifest`")
+    me.add_argument("--quick", action="store_true",
+                    help="instead of --manifest: the ten configurations (timm models at batch 1 to 256) that "
+                         "`dippm-nas calibrate` fits a GPU and its host best with, a few minutes")
+    me.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
+                    help="with --quick: the precision to measure, the one the calibration is for (default: fp32)")
     me.add_argument("--out", required=True, help="CSV to append to, e.g. data/measurements/h100.csv")
     me.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the harness (default: cuda)")
     me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")

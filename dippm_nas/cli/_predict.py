@@ -58,7 +58,20 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=None, metavar="PROFILE",
                         help="whose CPU issues eager's operators: a host profile of dippm_nas.cost.host "
                              "(default: h100-harness, the CPU of our H100 harness)")
+    parser.add_argument("--calibration", default=None, metavar="PROFILE.json",
+                        help="a calibration of this GPU, precision and mode from `dippm-nas calibrate` (your own "
+                             "measurements): the operator model, fitted to them, answers")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def checked_calibration(args: argparse.Namespace):
+    """``--calibration`` loaded and checked against the device, precision and mode, before the model is built."""
+    if args.calibration is None:
+        return None
+    from dippm_nas._predict import Request
+
+    return Request.checked(args.device, args.precision, args.layout, args.mig_margin, args.mode, args.host,
+                           args.calibration).calibration
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -66,9 +79,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     check_model_args(args)
     from dippm_nas._predict import checked_graph, predict_graph, slowest_operators
 
+    calibration = checked_calibration(args)
     graph = checked_graph(args.model, inputs_of(args), args.batch)
     p = predict_graph(graph, args.device, args.precision, cost_model=args.cost_model, mig_margin=args.mig_margin,
-                      layout=args.layout, mode=args.mode, host=args.host)
+                      layout=args.layout, mode=args.mode, host=args.host, calibration=calibration)
     operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
     if args.json:
         out = p.to_dict()
@@ -128,8 +142,9 @@ def cmd_mig(args: argparse.Namespace) -> int:
     from dippm_nas._predict import checked_graph, mig_table, predict_graph
     from dippm_nas.hardware.registry import get_device
 
+    execution = {"layout": args.layout, "mode": args.mode, "host": args.host,
+                 "calibration": checked_calibration(args)}
     graph = checked_graph(args.model, inputs_of(args), args.batch)
-    execution = {"layout": args.layout, "mode": args.mode, "host": args.host}
     gpu = get_device(args.device).whole_gpu().key  # a slice key stands for its GPU, as in mig_table
     whole = predict_graph(graph, gpu, args.precision, args.cost_model, args.mig_margin, **execution)
     rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)

@@ -1,4 +1,5 @@
-"""``dippm-nas dataset``, ``train`` and ``evaluate``: the learned model's data, training and accuracy.
+"""``dippm-nas dataset``, ``train``, ``evaluate`` and ``calibrate``: the learned models' data, training,
+accuracy, and their fit to a user's own measurements.
 
 They read and write a project directory (``--project``, default: the current directory), never the
 installed package's, except that ``train`` and ``evaluate --ship`` write the shipped weights.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from dippm_nas.errors import DippmError
 
@@ -201,8 +203,31 @@ def _write_error_table() -> None:
     print(f"error table: {write_error_table(project().docs / 'accuracy' / 'predictions.csv')}")
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Read the rows, fit, report and write the calibration; the file and device are checked first."""
+    from dippm_nas.hardware.registry import get_device
+    from dippm_nas.training.calibrate import calibrate, read_rows, report
+
+    gpu = get_device(args.device)
+    if gpu.slice_of:
+        raise DippmError(f"calibrate the whole GPU ({gpu.whole_gpu().key}): its calibration serves its MIG slices "
+                         "too.")
+    out = Path(args.out)
+    if out.is_dir() or not out.parent.is_dir():
+        raise DippmError(f"cannot write the calibration to {args.out}: give a file in a folder that exists.")
+    rows = read_rows(args.measurements)
+    calibration = calibrate(rows, gpu.key, args.precision, args.mode, Path(args.measurements).name)
+    print(report(calibration))
+    calibration.save(out)
+    print(f"calibration of {gpu.key} ({args.precision}, {args.mode}) written to {out}; predict with "
+          f"--calibration {out}")
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Register ``dataset``, ``train`` and ``evaluate``."""
+    """Register ``dataset``, ``train``, ``evaluate`` and ``calibrate``."""
+    from dippm_nas.hardware.registry import PRECISIONS
+
     ds = sub.add_parser("dataset", help="import the measurements into data/records.csv and featurize their models")
     ds.add_argument("--project", metavar="DIR", help="the project directory (default: the current one)")
     ds.add_argument("--featurize", action="store_true", help="build the graph of every model (resumable, cached)")
@@ -256,3 +281,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                 "pmgns; operators and pmgns train once per GPU)")
             t.add_argument("--gpus", default="", help="with --leave-one-gpu-out: only these GPUs, comma-separated")
         t.set_defaults(func=func)
+    c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
+                       description="Fit three scales of one GPU and its host (GEMM-class kernels, the other "
+                                   "kernels, the host's time to issue an operator) to measured latencies, print each "
+                                   "row before and after and the leave-one-out error, and write a calibration that "
+                                   "predict, mig and HardwareCostModel take (--calibration). About ten rows spread "
+                                   "over batch sizes and models calibrate best.")
+    c.add_argument("measurements", metavar="MEASUREMENTS.csv",
+                   help="the harness's CSV (dippm-nas measure) or one with columns model,batch,latency_ms (and "
+                        "optionally input_size,precision); a model is anything predict takes")
+    c.add_argument("--device", required=True, help="the GPU measured, a key of `dippm-nas devices`")
+    c.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+                   help="the rows' precision; rows of another precision are left out (default: fp32)")
+    c.add_argument("--mode", default="eager", choices=["eager", "cuda-graphs"],
+                   help="how the rows ran (default: eager)")
+    c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")
+    c.set_defaults(func=cmd_calibrate)

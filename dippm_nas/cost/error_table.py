@@ -65,6 +65,8 @@ GROUPS: dict[str, dict[str, object]] = {
                        "family_in_training": None,
                        "description": "measured test records (every split's, each once; it trains on nothing)"},
 }
+#: Figures measured apart from the evaluation's splits, and the records they are measured on, in words.
+OTHER_BASES = {"calibration": "measured rows of a calibration, each predicted by a fit of the others (leave one out)"}
 
 
 def batch_bin(batch: int) -> str:
@@ -118,7 +120,8 @@ class ErrorFigure:
     def basis(self) -> str:
         """Which records the figure is measured on, in words."""
         batches = str(self.batch_min) if self.batch_min == self.batch_max else f"{self.batch_min}-{self.batch_max}"
-        return (f"{self.records} {GROUPS[self.group]['description']}, {', '.join(self.devices)}, batch {batches}, "
+        description = GROUPS[self.group]["description"] if self.group in GROUPS else OTHER_BASES[self.group]
+        return (f"{self.records} {description}, {', '.join(self.devices)}, batch {batches}, "
                 f"{'/'.join(self.precisions)}")
 
     @property

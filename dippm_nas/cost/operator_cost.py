@@ -14,22 +14,50 @@ and memory the analytical liveness model, which learned times do not change.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel, Roofline
 from dippm_nas.cost.base import Estimate, NotCovered
+from dippm_nas.cost.calibration import Calibration
 from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
 from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.host import HostProfile
-from dippm_nas.cost.kernel_structure import GROUPS, UNITS, WINOGRAD_FLOP_SAVING, KernelColumns, winograd_eligible
+from dippm_nas.cost.kernel_structure import (
+    GEMM_GROUPS,
+    GROUPS,
+    UNITS,
+    WINOGRAD_FLOP_SAVING,
+    KernelColumns,
+    winograd_eligible,
+)
 from dippm_nas.cost.table import FULL_BYTES, SHAPE_COLUMNS, NodeTable, node_table
 from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
 from dippm_nas.precisions import precision_named
+
+
+@dataclass(frozen=True)
+class LatencyParts:
+    """Per operator in issue order: GPU seconds of the GEMM-class kernels (0 for the others), of the other
+    kernels (0 for GEMM-class ones), and the host's seconds to issue it."""
+
+    gemm_s: np.ndarray
+    other_s: np.ndarray
+    host_s: np.ndarray
+
+    def latency_s(self, gemm_scale: np.ndarray, memory_scale: np.ndarray, host_scale: np.ndarray) -> np.ndarray:
+        """The queued latency (:func:`~dippm_nas.cost.analytical.queued_latency`) for each set of scales:
+        the largest, over operators k, of the time k is issued plus the GPU time of k and all after it."""
+        issued = np.cumsum(self.host_s)
+        gemm_left = np.cumsum(self.gemm_s[::-1])[::-1]
+        other_left = np.cumsum(self.other_s[::-1])[::-1]
+        ends = (host_scale[:, None] * issued[None, :] + gemm_scale[:, None] * gemm_left[None, :]
+                + memory_scale[:, None] * other_left[None, :])
+        return ends.max(axis=1)
 
 
 def _group_of_kind() -> np.ndarray:
@@ -96,9 +124,17 @@ class OperatorCostModel:
         (from its card alone: no torch)."""
         return operator_model_mismatch(self.path)
 
-    def operator_seconds(self, table: NodeTable, roofline: Roofline, device: Device, precision: str) -> np.ndarray:
+    def operator_seconds(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
+                         calibration: Calibration | None = None) -> np.ndarray:
         """Each operator's GPU seconds: the roofline's time beyond its core, plus the kernel's learned time;
-        never below the roofline."""
+        never below the roofline; scaled by ``calibration`` where one is given."""
+        seconds, gemm_class = self.timed_operators(table, roofline, device, precision)
+        return seconds if calibration is None else calibration.scale_times(seconds, gemm_class)
+
+    def timed_operators(self, table: NodeTable, roofline: Roofline, device: Device,
+                        precision: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`operator_seconds` uncalibrated, and which operators are GEMM-class (a calibration scales
+        them apart from the others)."""
         from dippm_nas.cost.operator_model import load
 
         columns = kernel_columns(table, roofline.peak, device, precision)
@@ -106,11 +142,24 @@ class OperatorCostModel:
         run = np.flatnonzero(~table.is_view)
         learned = np.zeros(len(table))
         learned[run] = load(self.path).seconds(columns.take(run), device)
-        return np.where(table.is_view, 0.0, np.maximum(np.maximum(roofline.time_s - core, 0.0) + learned, floor))
+        seconds = np.where(table.is_view, 0.0, np.maximum(np.maximum(roofline.time_s - core, 0.0) + learned, floor))
+        return seconds, np.isin(columns.group, [GROUPS.index(g) for g in GEMM_GROUPS])
+
+    def latency_parts(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+                      mode: str = "eager", host: str | HostProfile | None = None) -> LatencyParts:
+        """What a calibration scales, per operator in issue order: the GPU seconds of the GEMM-class kernels
+        and of the others, and the host's seconds to issue each."""
+        table = node_table(graph)
+        roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
+        seconds, gemm_class = self.timed_operators(table, roofline, device, precision)
+        return LatencyParts(np.where(gemm_class, seconds, 0.0), np.where(gemm_class, 0.0, seconds), roofline.host_s)
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
-                 mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
-        """Latency, energy and memory of one inference of ``graph`` at its batch, with each operator's time.
+                 mode: str = "eager", host: str | HostProfile | None = None,
+                 calibration: Calibration | None = None) -> Estimate:
+        """Latency, energy and memory of one inference of ``graph`` at its batch, with each operator's time;
+        with ``calibration`` its kernel times and its host (which replaces ``host``) are the fitted ones, and
+        its leave-one-out error is the latency error.
 
         Raises NotCovered without a trained model that matches this version, and DippmError for an unknown
         precision or layout, or a precision the device has no tensor cores for."""
@@ -119,14 +168,18 @@ class OperatorCostModel:
         reason = self.covers()
         if reason:
             raise NotCovered(reason)
+        if calibration is not None:
+            host = calibration.host_profile()
         table = node_table(graph)
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
-        timed = replace(roofline, time_s=self.operator_seconds(table, roofline, device, precision))
+        timed = replace(roofline, time_s=self.operator_seconds(table, roofline, device, precision, calibration))
         estimate = self.analytical.summarize(table, timed, device, precision, graph, host=host)
-        notes = estimate.notes + self._notes(device, precision)
+        notes = estimate.notes + self._notes(device, precision) + ((calibration.note(),) if calibration else ())
         estimate = replace(estimate, cost_model=self.name, notes=notes)
         if estimate.latency_ms <= 0:
             return estimate
+        if calibration is not None:
+            return replace(estimate, error=calibration.error())
         return replace(estimate, error=lookup(self.name, device.key, precision, graph.batch))
 
     def _notes(self, device: Device, precision: str) -> tuple[str, ...]:

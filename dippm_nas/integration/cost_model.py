@@ -23,7 +23,8 @@ class HardwareCostModel:
     private in-memory cache; ``use_cache=False`` featurizes every candidate whole, from scratch.
     ``cost_model="auto"`` takes the learned model wherever it answers and the analytical one elsewhere.
     ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU, or
-    ``cuda-graphs``), :func:`dippm_nas.predict_graph`.
+    ``cuda-graphs``), and ``calibration`` a fit to the user's own measurements of the GPU,
+    :func:`dippm_nas.predict_graph`.
 
     >>> import optuna
     >>> from search_spaces import get_search_space
@@ -38,7 +39,8 @@ class HardwareCostModel:
     def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
                  use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
-                 mode: str = "eager", host: str | None = None):
+                 mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None):
+        from dippm_nas._predict import Request
         from dippm_nas.cost.host import check_mode, get_host_profile
 
         check_batch(batch)
@@ -47,6 +49,7 @@ class HardwareCostModel:
         self.layout = check_layout(layout)
         self.mode = check_mode(mode)
         self.host = get_host_profile(host).name
+        self.calibration = Request.checked(device, precision, layout, mig_margin, mode, host, calibration).calibration
         self.batch = batch
         self.cost_model = cost_model
         self.mig_margin = mig_margin
@@ -82,4 +85,5 @@ class HardwareCostModel:
         from dippm_nas._predict import predict_graph
 
         return predict_graph(graph, get_device(device) if device else self.device, self.precision, self.cost_model,
-                             self.mig_margin, layout=self.layout, mode=self.mode, host=self.host)
+                             self.mig_margin, layout=self.layout, mode=self.mode, host=self.host,
+                             calibration=self.calibration)

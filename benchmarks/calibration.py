@@ -1,0 +1,125 @@
+"""Calibrating a GPU from ten of its measured rows: how close the calibrated operator model comes on the rest.
+
+For each GPU, the operator model is trained without that GPU (neither its operators nor its records, as
+``dippm-nas evaluate --leave-one-gpu-out`` trains it), so the GPU is one it never saw. Then, for each seed,
+ten of the GPU's records at one precision are drawn at random, ``dippm-nas calibrate``'s fit is run on them,
+and the latency MAPE on the GPU's other records at that precision is printed before and after, beside the
+calibration's own leave-one-out error, and the floor of the design: the three scales fitted on all the
+GPU's records at that precision. The held-out operator models are kept under
+``$DIPPM_NAS_CACHE_DIR/held-out`` (trained in a few minutes each when missing).
+
+    python benchmarks/calibration.py                       # h200 and h100-sxm, fp32 and fp16, seeds 0-4
+    python benchmarks/calibration.py --gpus h200 --seeds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from dippm_nas._cache_location import cache_dir
+from dippm_nas.cost.operator_cost import OperatorCostModel
+from dippm_nas.graph.batching import scale_batch
+from dippm_nas.hardware.registry import get_device
+from dippm_nas.training.calibrate import PRIOR_WEIGHTS, MeasuredRow, calibrate, fit_scales
+from dippm_nas.training.dataset import load_graphs
+from dippm_nas.training.records import Record, load_records
+
+
+def held_out_model(gpu: str, folder: Path) -> OperatorCostModel:
+    """The operator model trained without ``gpu`` (and a GPU of the same chip), trained now if not kept."""
+    path = folder / f"operators-without-{gpu}"
+    if not (path.with_suffix(".json").exists() or path.exists()):
+        from dippm_nas.training.operator_data import load_operator_samples
+        from dippm_nas.training.operator_records import record_set, training_records
+        from dippm_nas.training.operator_training import OperatorTraining, chip_of, fit, without
+
+        print(f"training the operator model without {gpu} (kept at {path})", file=sys.stderr)
+        samples = load_operator_samples()
+        records = record_set(training_records(load_records(), 0))
+        fold = chip_of(gpu)
+        folder.mkdir(parents=True, exist_ok=True)
+        fit(samples.take(np.flatnonzero(~np.isin(samples.gpu, fold))), without(records, fold),
+            OperatorTraining()).save(path)
+    return OperatorCostModel(path)
+
+
+def mape(predicted: list[float], measured: list[float]) -> float:
+    return float(np.mean([abs(p / m - 1) for p, m in zip(predicted, measured)]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", default="h200,h100-sxm")
+    parser.add_argument("--precisions", default="fp32,fp16")
+    parser.add_argument("--rows", type=int, default=10, help="rows a calibration is fitted on (default: 10)")
+    parser.add_argument("--seeds", type=int, default=5, help="draws of those rows, seeds 0 to N-1 (default: 5)")
+    args = parser.parse_args()
+    folder = (cache_dir() or Path(".")) / "held-out"
+    records = [r for r in load_records() if r.latency_ms]
+    graphs = load_graphs({r.graph_key for r in records})
+
+    print(f"{'GPU':<10} {'precision':<9} {'records':>7} {'seed':>4} {'uncalibrated':>12} {'calibrated':>10} "
+          f"{'calibration LOO':>15}  scales (GEMM-class, others, host)")
+    for gpu in args.gpus.split(","):
+        model = held_out_model(gpu, folder)
+        device = get_device(gpu)
+        for precision in args.precisions.split(","):
+            mine = [r for r in records if r.device == gpu and r.precision == precision and r.graph_key in graphs]
+            if len(mine) <= args.rows:
+                print(f"{gpu:<10} {precision:<9} {len(mine):>7}  too few records")
+                continue
+            parts = {id(r): model.latency_parts(scale_batch(graphs[r.graph_key], r.batch), device, precision)
+                     for r in mine}
+            one = np.ones(1)
+            uncalibrated = [float(parts[id(r)].latency_s(one, one, one)[0] * 1e3) for r in mine]
+            calibrated_errors = []
+            for seed in range(args.seeds):
+                chosen = set(random.Random(seed).sample(range(len(mine)), args.rows))
+                fit_on = [mine[i] for i in sorted(chosen)]
+                rest = [i for i in range(len(mine)) if i not in chosen]
+                calibration = calibrate([_row(r) for r in fit_on], gpu, precision, "eager", "records",
+                                        graph_of=_graph_of(fit_on, graphs), say=lambda line: None, model=model)
+                scales = [np.array([s]) for s in (calibration.gemm_scale, calibration.memory_scale,
+                                                  calibration.host_scale)]
+                after = [float(parts[id(mine[i])].latency_s(*scales)[0] * 1e3) for i in rest]
+                measured = [mine[i].latency_ms for i in rest]
+                before = mape([uncalibrated[i] for i in rest], measured)
+                calibrated_errors.append(mape(after, measured))
+                print(f"{gpu:<10} {precision:<9} {len(rest):>7} {seed:>4} {before:>12.1%} "
+                      f"{calibrated_errors[-1]:>10.1%} {calibration.left_out_mape:>15.1%}  "
+                      f"{calibration.gemm_scale:.3g}, {calibration.memory_scale:.3g}, {calibration.host_scale:.3g}",
+                      flush=True)
+            measured_all = [r.latency_ms for r in mine]
+            every = fit_scales([parts[id(r)] for r in mine], np.array(measured_all) * 1e-3, PRIOR_WEIGHTS[0])
+            floor = mape([float(parts[id(r)].latency_s(*(np.array([s]) for s in every))[0] * 1e3) for r in mine],
+                         measured_all)
+            print(f"{gpu:<10} {precision:<9} mean over {args.seeds} seeds: uncalibrated "
+                  f"{mape(uncalibrated, measured_all):.1%} on all {len(mine)} records, calibrated "
+                  f"{statistics.mean(calibrated_errors):.1%} on the records each calibration left out; fitted on all "
+                  f"{len(mine)}: {floor:.1%} (scales {every[0]:.3g}, {every[1]:.3g}, {every[2]:.3g})", flush=True)
+    return 0
+
+
+def _row(record: Record) -> MeasuredRow:
+    return MeasuredRow(record.model, record.batch, record.latency_ms, record.image_size, record.precision)
+
+
+def _graph_of(records: list[Record], graphs: dict):
+    """The stored graph of each calibration row at its batch (the records' graphs, not a new export)."""
+    by_row = {(r.model, r.batch, r.image_size): r for r in records}
+
+    def graph_of(row: MeasuredRow):
+        record = by_row[(row.model, row.batch, row.input_size)]
+        return scale_batch(graphs[record.graph_key], record.batch)
+
+    return graph_of
+
+
+if __name__ == "__main__":
+    sys.exit(main())

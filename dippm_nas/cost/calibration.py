@@ -1,0 +1,151 @@
+"""A calibration: three physical parameters of one GPU and its host, fitted to a user's own measurements.
+
+A prediction on a GPU nobody measured is as good as its spec sheet and the operator model's transfer; at
+small batches eager PyTorch also waits on the host's CPU, which is the user's, not ours. A few measured
+latencies pin down what the spec sheet cannot say, without a correction per model:
+
+- ``gemm_scale``: the time of the tiled GEMM-class kernels (matrix products, convolutions, attention)
+  over the operator model's: below 1 the GPU sustains more of its peak than the model expects (a higher
+  sustained clock), above 1 less (a power limit the spec sheet hides);
+- ``memory_scale``: the same for the other kernels (elementwise, normalisation, reductions, pooling),
+  whose time is the bandwidth they achieve;
+- ``host_scale``: the host's time to issue one eager operator over the default host profile's.
+
+The file is JSON a person can read: the device, precision and mode it holds for, the project version that
+fitted it, the three parameters, every row it came from with the prediction before and after, and the
+leave-one-out error (each row predicted by a fit of the others), which the calibrated predictions cite as
+their latency error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dippm_nas.cost.error_table import ErrorFigure
+from dippm_nas.cost.host import HostProfile
+from dippm_nas.errors import DippmError
+
+#: The format of a calibration file; a file of another format is refused with what to do.
+FORMAT = 1
+#: The parameters a calibration fits, each a factor on what the operator model and host profile expect.
+PARAMETERS = ("gemm_scale", "memory_scale", "host_scale")
+#: The cost model a calibration adjusts: its per-operator times are what the scales multiply.
+CALIBRATED_MODEL = "operators"
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """One measured row a calibration was fitted on, with what the operator model predicted before and
+    after, and in the leave-one-out fit that did not see it."""
+
+    model: str
+    batch: int
+    input_size: int | None
+    latency_ms: float
+    before_ms: float
+    after_ms: float
+    left_out_ms: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted parameters of :data:`PARAMETERS` for one device, precision and execution mode."""
+
+    device: str
+    precision: str
+    mode: str
+    gemm_scale: float
+    memory_scale: float
+    host_scale: float
+    rows: tuple[CalibrationRow, ...]
+    source: str
+    version: str
+    #: The host profile the host's scale multiplies (the default profile's name when it was fitted).
+    host: str
+    format: int = FORMAT
+    cost_model: str = CALIBRATED_MODEL
+
+    @property
+    def left_out_mape(self) -> float:
+        """The mean absolute percentage error of each row predicted by the fit of the others (a fraction)."""
+        return float(np.mean([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows]))
+
+    @property
+    def left_out_median(self) -> float:
+        """The median of the same errors."""
+        return float(np.median([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows]))
+
+    def check_for(self, device: str, precision: str, mode: str) -> None:
+        """Refuse, in one line, a prediction this calibration does not hold for."""
+        for what, mine, asked in (("device", self.device, device), ("precision", self.precision, precision),
+                                  ("mode", self.mode, mode)):
+            if mine != asked:
+                raise DippmError(f"this calibration is for {what} {mine}, the prediction is asked for {asked}: "
+                                 f"predict with --{what} {mine}, or calibrate {asked} with `dippm-nas calibrate`.")
+
+    def scale_times(self, time_s: np.ndarray, gemm_class: np.ndarray) -> np.ndarray:
+        """Each operator's GPU seconds with the GEMM-class kernels and the others scaled."""
+        return time_s * np.where(gemm_class, self.gemm_scale, self.memory_scale)
+
+    def host_profile(self) -> HostProfile:
+        """The host it was fitted on: its base profile with every operator's issue time scaled."""
+        from dippm_nas.cost.host import get_host_profile
+
+        base = get_host_profile(self.host)
+        autocast = None if base.autocast_operator_us is None else base.autocast_operator_us * self.host_scale
+        return HostProfile(f"{base.name}, calibrated", operator_us=base.operator_us * self.host_scale,
+                           view_us=base.view_us * self.host_scale, autocast_operator_us=autocast,
+                           description=f"{base.description}; issue times scaled by {self.host_scale:.3g}")
+
+    def note(self) -> str:
+        """The line a calibrated prediction carries."""
+        return (f"calibrated on {len(self.rows)} measured rows of {self.device} ({self.source}): GEMM-class kernels "
+                f"x{self.gemm_scale:.3g}, the others x{self.memory_scale:.3g}, the host's issue time "
+                f"x{self.host_scale:.3g}")
+
+    def error(self) -> ErrorFigure:
+        """The leave-one-out error, as the latency error a calibrated prediction cites."""
+        batches = [r.batch for r in self.rows]
+        return ErrorFigure(cost_model=self.cost_model, mape=self.left_out_mape, median_ape=self.left_out_median,
+                           records=len(self.rows), group="calibration", devices=(self.device,),
+                           precisions=(self.precision,), batch_min=min(batches), batch_max=max(batches))
+
+    def to_json(self) -> str:
+        """The file's text: every field, the rows, and the leave-one-out error for a person to read."""
+        data = asdict(self)
+        data["left_out_mape"] = round(self.left_out_mape, 4)
+        return json.dumps(data, indent=2) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path``."""
+        Path(path).write_text(self.to_json())
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """The calibration in the file at ``path``; a missing, unreadable or foreign file is one clear DippmError."""
+    file = Path(path)
+    if not file.is_file():
+        raise DippmError(f"no calibration file at {path}: write one with `dippm-nas calibrate MEASUREMENTS.csv "
+                         "--device GPU --out PROFILE.json`.")
+    try:
+        data = json.loads(file.read_text())
+        if data.get("format") != FORMAT:
+            raise DippmError(f"{path} is a calibration of format {data.get('format')!r}; this version reads format "
+                             f"{FORMAT}: calibrate again with `dippm-nas calibrate`.")
+        rows = tuple(CalibrationRow(**row) for row in data.pop("rows"))
+        data.pop("left_out_mape", None)
+        calibration = Calibration(rows=rows, **data)
+    except DippmError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DippmError(f"{path} is not a calibration file of dippm-nas ({type(exc).__name__}: {exc}); write one "
+                         "with `dippm-nas calibrate`.") from None
+    scales = [getattr(calibration, name) for name in PARAMETERS]
+    if not rows or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in scales):
+        raise DippmError(f"{path} holds no rows or a scale that is not a finite number above 0: calibrate again.")
+    return calibration

@@ -1,0 +1,134 @@
+"""A calibration fits the operator model to a user's own measurements of one GPU: it reads the harness's CSV
+and a minimal one, leaves out a row whose model cannot be built, and its predictions say they are calibrated;
+one of another GPU, precision or mode is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import dippm_nas
+from dippm_nas.cli import main
+from dippm_nas.cost.calibration import load_calibration
+from dippm_nas.errors import DippmError, UnknownModelError
+from dippm_nas.graph.batching import scale_batch
+from dippm_nas.integration import HardwareCostModel
+from dippm_nas.training.calibrate import MeasuredRow, calibrate, read_rows
+from dippm_nas.training.dataset import load_graphs
+from dippm_nas.training.records import graph_key
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS_CSV = ROOT / "data" / "measurements" / "nvidia-h200.csv"
+
+
+def _stored_graph(row: MeasuredRow):
+    """The row's model from the project's graph store (no export): the H200's measured models are in it."""
+    key = graph_key("timm", row.model, row.input_size)
+    return scale_batch(load_graphs({key})[key], row.batch)
+
+
+@pytest.fixture(scope="module")
+def h200_calibration(tmp_path_factory):
+    """A calibration of the H200 at fp32 from six of its harness rows, written to a file."""
+    rows = [r for r in read_rows(HARNESS_CSV) if r.precision == "fp32" and r.model in ("visformer_small", "shvit_s2",
+                                                                                         "gluon_inception_v3")]
+    said = []
+    calibration = calibrate(rows + [MeasuredRow("no_such_model_xyz", 8, 3.0, 224, "fp32", line=99)], "h200",
+                            "fp32", "eager", HARNESS_CSV.name, graph_of=_stored_graph_or_fail, say=said.append)
+    assert len(calibration.rows) == 12 and len(said) == 1 and "line 99: no_such_model_xyz@224 b8 left out" in said[0]
+    path = tmp_path_factory.mktemp("calibration") / "h200.json"
+    calibration.save(path)
+    return path
+
+
+def _stored_graph_or_fail(row: MeasuredRow):
+    if row.model == "no_such_model_xyz":
+        raise UnknownModelError("'no_such_model_xyz' is not a timm model")
+    return _stored_graph(row)
+
+
+def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
+    harness = read_rows(HARNESS_CSV)
+    assert len(harness) == 64 and {r.precision for r in harness} == {"fp32", "fp16"}
+    assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2)
+    minimal = tmp_path / "rows.csv"
+    minimal.write_text("model,batch,latency_ms\nresnet50,8,3.2\nhf:bert,4,2.5\n")
+    assert read_rows(minimal) == [MeasuredRow("resnet50", 8, 3.2, line=2), MeasuredRow("hf:bert", 4, 2.5, line=3)]
+    minimal.write_text("model,batch,latency_ms\nresnet50,8,fast\n")
+    with pytest.raises(DippmError, match="rows.csv, line 2: ValueError"):
+        read_rows(minimal)
+    minimal.write_text("name,ms\nresnet50,3.2\n")
+    with pytest.raises(DippmError, match="has columns ms, name: give the harness's CSV or one with columns model,"):
+        read_rows(minimal)
+
+
+def test_calibrated_predictions_say_so(h200_calibration):
+    calibration = load_calibration(h200_calibration)
+    after = sum(abs(r.after_ms / r.latency_ms - 1) for r in calibration.rows)
+    before = sum(abs(r.before_ms / r.latency_ms - 1) for r in calibration.rows)
+    assert after < before  # fitted on these rows, it is nearer them
+    graph = _stored_graph(MeasuredRow("shvit_s2", 8, 1.0, 224))
+    p = dippm_nas.predict_graph(graph, "h200", "fp32", calibration=h200_calibration)
+    assert p.cost_model.startswith("operators") and p.latency_error.group == "calibration"
+    assert p.latency_error.records == 12 and p.latency_error.mape == pytest.approx(calibration.left_out_mape)
+    assert any(n.startswith("calibrated on 12 measured rows of h200 (nvidia-h200.csv)") for n in p.notes)
+    assert "each predicted by a fit of the others" in p.notes[-1]
+    on_slice = dippm_nas.predict_graph(graph, "h200:1g.18gb", "fp32", calibration=h200_calibration)
+    assert on_slice.latency_ms > p.latency_ms  # the GPU's calibration serves its slices
+    cost = HardwareCostModel(device="h200", batch=8, calibration=h200_calibration)
+    assert cost.predict(graph).latency_ms == p.latency_ms
+
+
+@pytest.mark.parametrize("device, precision, mode, says", [
+    ("h100-sxm", "fp32", "eager", "this calibration is for device h200, the prediction is asked for h100-sxm"),
+    ("h200", "fp16", "eager", "this calibration is for precision fp32, the prediction is asked for fp16"),
+    ("h200", "fp32", "cuda-graphs", "this calibration is for mode eager, the prediction is asked for cuda-graphs"),
+])
+def test_a_calibration_of_another_gpu_precision_or_mode_is_refused(h200_calibration, device, precision, mode, says):
+    with pytest.raises(DippmError, match=says):
+        dippm_nas.predict("resnet18", batch=8, device=device, precision=precision, mode=mode,
+                          calibration=h200_calibration)
+
+
+def test_a_file_that_is_no_calibration_is_one_clear_error(tmp_path, h200_calibration, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": 1, "device": "h200"}))
+    with pytest.raises(DippmError, match="is not a calibration file of dippm-nas"):
+        load_calibration(bad)
+    assert main(["predict", "resnet18", "--device", "h200", "--calibration", str(tmp_path / "none.json")]) == 2
+    assert "no calibration file at" in capsys.readouterr().err
+    assert main(["predict", "resnet18", "--device", "h200", "--cost-model", "pmgns", "--calibration",
+                 str(h200_calibration)]) == 2
+    assert "a calibration adjusts the operators cost model, not pmgns" in capsys.readouterr().err
+
+
+def test_calibrate_on_the_command_line(tmp_path, capsys):
+    """Three rows of a minimal CSV, built as predict builds them; the output names each row and the file."""
+    rows = tmp_path / "mine.csv"
+    rows.write_text("model,batch,latency_ms,input_size\nresnet18,1,2.1,64\nresnet18,32,4.0,64\nbogus_net_xyz,1,1,64\n")
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 2  # two rows are too few
+    assert "2 usable rows at fp32 in mine.csv: a calibration needs 3 or more" in capsys.readouterr().err
+    rows.write_text(rows.read_text() + "resnet18,8,2.6,64\n")
+    assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "line 4: bogus_net_xyz@64 b1 left out" in printed and "resnet18@64 b32" in printed
+    assert "each row left out of its fit" in printed and f"written to {out}" in printed
+    assert load_calibration(out).device == "l4"
+
+
+def test_the_quick_manifest_spreads_ten_configurations_over_batch_and_operator_mix(capsys):
+    import timm
+
+    from dippm_nas.cli._measure import QUICK_MANIFEST
+    from dippm_nas.measure import read_manifest
+
+    configs = read_manifest(QUICK_MANIFEST)
+    for precision in ("fp32", "fp16"):
+        mine = [c for c in configs if c.precision == precision]
+        assert len(mine) == 10 and {c.batch for c in mine} == {1, 8, 64, 256}
+        assert all(timm.is_model(c.model) for c in mine) and len({c.family for c in mine}) >= 5
+    assert main(["measure", "--quick", "--manifest", "m.csv", "--out", "x.csv"]) == 2
+    assert "give --manifest, or --quick" in capsys.readouterr().err
