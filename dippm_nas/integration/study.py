@@ -53,18 +53,19 @@ def open_study(storage: str | None, study_name: str, directions: Sequence[str], 
     for attempt in range(1, _OPEN_ATTEMPTS + 1):
         try:
             with _creation_lock(storage), warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats, since 2.x
+                # heartbeats are "experimental" since Optuna 2.x: nothing for a user to act on
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
                 rdb = RDBStorage(storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                                  heartbeat_stale_trial_callback=retry)
                 return optuna.create_study(storage=rdb, study_name=study_name, directions=list(directions),
                                            sampler=sampler, load_if_exists=True)
-        except Exception as exc:  # a server another worker is setting up at the same moment
-            if attempt == _OPEN_ATTEMPTS or not _is_storage_error(exc):
-                if _is_storage_error(exc):
-                    raise DippmError(f"the study storage {storage} could not be opened after {attempt} tries: "
-                                     f"{one_line(exc)}") from exc
+        except Exception as exc:
+            if not _is_storage_error(exc):
                 raise
+            if attempt == _OPEN_ATTEMPTS:  # not a clash with a worker setting it up at the same moment
+                raise DippmError(f"the study storage {storage} could not be opened after {attempt} tries: "
+                                 f"{one_line(exc)}") from exc
             time.sleep(0.2 * attempt * (1 + random.random()))
     raise AssertionError("unreachable")
 
