@@ -11,10 +11,28 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dippm_nas._cache_location import cache_dir
-from dippm_nas.errors import ModelLoadError, UnknownModelError, suggest
+from dippm_nas.errors import ModelLoadError, UnknownModelError, one_line, suggest
 
 #: ``package.module:factory``: a callable that returns a ``torch.nn.Module``.
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def read_onnx(path: str | os.PathLike):
+    """The checked ``onnx.ModelProto`` in the file ``path``; raises ModelLoadError for a missing or invalid
+    file. It needs onnx alone (a fraction of a second), so the command line answers a bad file at once."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    path = str(path)
+    if not Path(path).is_file():
+        raise ModelLoadError(f"no such ONNX file: {path}")
+    try:
+        model = onnx.load(path)
+        onnx.checker.check_model(model)
+    except (DecodeError, onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f"{path} is not a valid ONNX model ({one_line(exc)}); export it again "
+                             "with torch.onnx.export or check the file.") from exc
+    return model
 
 
 def check_factory_module(target: str) -> None:

@@ -46,6 +46,15 @@ def nonzero():
     return NonZero()
 
 
+class Unique(torch.nn.Module):
+    def forward(self, x):
+        return torch.unique(x)
+
+
+def unique():
+    return Unique()
+
+
 class Spectrum(torch.nn.Module):
     def forward(self, x):
         return torch.fft.fft(x).real
@@ -78,6 +87,8 @@ BAD_INPUTS = {
                                     "data-dependent control flow"),
     "output shape that depends on the data": (["predict", "user_models:nonzero", "--input-shape", "8"],
                                               "depends on the values of its input (torch.nonzero"),
+    "output shape that depends on the data (unique)": (["predict", "user_models:unique", "--input-shape", "8"],
+                                                       "depends on the values of its input"),
     "complex numbers inside the model": (["predict", "user_models:spectrum", "--input-shape", "8"],
                                          "computes with complex numbers"),
     "complex input": (["predict", "resnet18", "--input", "x=16:complex64"], "takes no complex tensors"),
@@ -281,3 +292,13 @@ def test_an_unknown_timm_name_is_answered_from_the_names_kept(tmp_path):
                           timeout=120, cwd=ROOT, env=env)
     assert done.returncode == 2 and "Did you mean: resnet50, resnet18?" in done.stderr, done.stderr
     assert done.stdout.split(" ")[1].strip() == "", "imported something heavy"
+
+
+def test_a_file_that_is_no_onnx_model_is_answered_before_torch_and_tvm(tmp_path):
+    fake = tmp_path / "fake.onnx"
+    fake.write_bytes(b"this is not a protobuf")
+    done = subprocess.run([sys.executable, "-c", FAST, "predict", str(fake)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "is not a valid ONNX model" in done.stderr, done.stderr
+    seconds, heavy = done.stdout.split(" ")
+    assert set(heavy.strip().split(",")) <= {"onnx", "numpy", ""} and float(seconds) < 2, done.stdout

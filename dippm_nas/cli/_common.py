@@ -64,13 +64,15 @@ def check_model_args(args: argparse.Namespace) -> None:
     imported: the batch, the device (and MIG profile), the margin, the inputs and a model file's existence."""
     from dippm_nas.hardware.registry import get_device
     from dippm_nas.inputs import check_batch, normalize_inputs
-    from dippm_nas.model_names import check_factory_module, check_timm_name
+    from dippm_nas.model_names import check_factory_module, check_timm_name, read_onnx
 
     check_batch(args.batch)
     get_device(args.device)
     check_mig_margin(args.mig_margin)
     normalize_inputs(inputs_of(args))
     check_model_path(args.model)
+    if args.model.lower().endswith(".onnx"):
+        read_onnx(args.model)  # onnx alone: a file that is no model is answered before torch and TVM load
     check_factory_module(args.model)
     check_timm_name(args.model)
     if getattr(args, "top", 0) < 0:

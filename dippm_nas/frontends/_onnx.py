@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import tvm
-from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_convert_map
 
@@ -23,6 +22,7 @@ from dippm_nas.errors import ExportError, ModelLoadError, one_line
 from dippm_nas.frontends._canonical import canonicalize
 from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
+from dippm_nas.model_names import read_onnx
 from dippm_nas.relax_contract import generic_call
 
 _ONNX_DTYPES = {
@@ -175,20 +175,6 @@ def _declared_inputs(model: onnx.ModelProto, path: str) -> InputSpec:
         dtype = _ONNX_DTYPES.get(value.type.tensor_type.elem_type, "float32")
         specs.append(TensorSpec(tuple(d.dim_value for d in dims), dtype, value.name))
     return tuple(specs)
-
-
-def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
-    """The checked ONNX model in the file ``path``; raises ModelLoadError for a missing or invalid file."""
-    path = str(path)
-    if not Path(path).is_file():
-        raise ModelLoadError(f"no such ONNX file: {path}")
-    try:
-        model = onnx.load(path)
-        onnx.checker.check_model(model)
-    except (DecodeError, onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-        raise ModelLoadError(f"{path} is not a valid ONNX model ({one_line(exc)}); export it again "
-                             "with torch.onnx.export or check the file.") from exc
-    return model
 
 
 def _is_weight(tensor: onnx.TensorProto) -> bool:
