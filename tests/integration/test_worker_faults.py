@@ -22,15 +22,17 @@ from search_spaces import get_search_space
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ROOT = Path(__file__).resolve().parents[2]
 
-#: A worker: waits for the given instant, opens the study, runs its trials. With a marker file its
-#: accuracy function writes the marker and then hangs, for the test to kill it mid-trial.
+#: A worker: once its imports are done it says so (a file ``ready-<pid>`` beside the storage) and waits for a
+#: file ``go`` there, opens the study and runs its trials. With a marker file its accuracy function writes the
+#: marker and then hangs, for the test to kill it mid-trial.
 WORKER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from dippm_nas.integration import HardwareCostModel, HardwareObjective, open_study
     from search_spaces import get_search_space
 
-    url, start_at, trials, marker = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    url, wait, trials, marker = sys.argv[1], sys.argv[2] == "wait", int(sys.argv[3]), sys.argv[4]
+    folder = Path(url.removeprefix("sqlite:///")).parent
 
     def accuracy(candidate):
         if marker != "-":
@@ -41,24 +43,30 @@ WORKER = textwrap.dedent("""
     space = get_search_space("mobilenetv3", fixed={"resolution": 160})
     cost = HardwareCostModel(batch=2, cache=url.removeprefix("sqlite:///") + ".graphs")  # shared by the workers
     objective = HardwareObjective(space, accuracy, cost)
-    while time.time() < start_at:
-        time.sleep(0.001)
+    if wait:
+        (folder / f"ready-{os.getpid()}").touch()
+        while not (folder / "go").exists():
+            time.sleep(0.001)
     study = open_study(url, "search", objective.directions, heartbeat_interval=1, grace_period=2)
     study.optimize(objective, n_trials=trials)
     print("worker done")
 """)
 
 
-def _worker(url: str, start_at: float, trials: int, marker: str = "-") -> subprocess.Popen:
+def _worker(url: str, wait: bool, trials: int, marker: str = "-") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", WORKER, url, str(start_at), str(trials), marker], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-c", WORKER, url, "wait" if wait else "now", str(trials), marker],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def test_three_workers_started_at_once_share_a_fresh_storage(tmp_path):
     url = f"sqlite:///{tmp_path / 'nas.db'}"
-    start_at = time.time() + 15  # past the imports of all three
-    workers = [_worker(url, start_at, trials=2) for _ in range(3)]
+    workers = [_worker(url, wait=True, trials=2) for _ in range(3)]
+    deadline = time.time() + 240
+    while len(list(tmp_path.glob("ready-*"))) < 3:  # all three past their imports
+        assert all(w.poll() is None for w in workers) and time.time() < deadline, [w.poll() for w in workers]
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), outputs
     trials = optuna.load_study(study_name="search", storage=url).trials
@@ -68,7 +76,7 @@ def test_three_workers_started_at_once_share_a_fresh_storage(tmp_path):
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_a_killed_workers_trial_is_failed_and_tried_again(tmp_path):
     url, marker = f"sqlite:///{tmp_path / 'nas.db'}", tmp_path / "in_a_trial"
-    worker = _worker(url, time.time(), trials=1, marker=str(marker))
+    worker = _worker(url, wait=False, trials=1, marker=str(marker))
     deadline = time.time() + 240
     while not marker.exists():
         assert worker.poll() is None, worker.communicate()[0]
