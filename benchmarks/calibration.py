@@ -26,8 +26,9 @@ from dippm_nas._cache_location import cache_dir
 from dippm_nas.cost.operator_cost import OperatorCostModel
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
-from dippm_nas.training.calibrate import PRIOR_WEIGHTS, MeasuredRow, calibrate, fit_scales
+from dippm_nas.training.calibrate import PRIOR_WEIGHTS, MeasuredRow, calibrate, fit_scales, scaled_latency_ms
 from dippm_nas.training.dataset import load_graphs
+from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import Record, load_records
 
 
@@ -37,20 +38,14 @@ def held_out_model(gpu: str, folder: Path) -> OperatorCostModel:
     if not (path.with_suffix(".json").exists() or path.exists()):
         from dippm_nas.training.operator_data import load_operator_samples
         from dippm_nas.training.operator_records import record_set, training_records
-        from dippm_nas.training.operator_training import OperatorTraining, chip_of, fit, without
+        from dippm_nas.training.operator_training import chip_of, fit_without
 
         print(f"training the operator model without {gpu} (kept at {path})", file=sys.stderr)
         samples = load_operator_samples()
         records = record_set(training_records(load_records(), 0))
-        fold = chip_of(gpu)
         folder.mkdir(parents=True, exist_ok=True)
-        fit(samples.take(np.flatnonzero(~np.isin(samples.gpu, fold))), without(records, fold),
-            OperatorTraining()).save(path)
+        fit_without(chip_of(gpu), samples, records).save(path)
     return OperatorCostModel(path)
-
-
-def mape(predicted: list[float], measured: list[float]) -> float:
-    return float(np.mean([abs(p / m - 1) for p, m in zip(predicted, measured)]))
 
 
 def main() -> int:
@@ -76,8 +71,7 @@ def main() -> int:
                 continue
             parts = {id(r): model.latency_parts(scale_batch(graphs[r.graph_key], r.batch), device, precision)
                      for r in mine}
-            one = np.ones(1)
-            uncalibrated = [float(parts[id(r)].latency_s(one, one, one)[0] * 1e3) for r in mine]
+            uncalibrated = np.array([scaled_latency_ms(parts[id(r)], np.ones(3)) for r in mine])
             calibrated_errors = []
             for seed in range(args.seeds):
                 chosen = set(random.Random(seed).sample(range(len(mine)), args.rows))
@@ -85,20 +79,18 @@ def main() -> int:
                 rest = [i for i in range(len(mine)) if i not in chosen]
                 calibration = calibrate([_row(r) for r in fit_on], gpu, precision, "eager", "records",
                                         graph_of=_graph_of(fit_on, graphs), say=lambda line: None, model=model)
-                scales = [np.array([s]) for s in (calibration.gemm_scale, calibration.memory_scale,
-                                                  calibration.host_scale)]
-                after = [float(parts[id(mine[i])].latency_s(*scales)[0] * 1e3) for i in rest]
-                measured = [mine[i].latency_ms for i in rest]
-                before = mape([uncalibrated[i] for i in rest], measured)
+                scales = np.array([calibration.gemm_scale, calibration.memory_scale, calibration.host_scale])
+                after = np.array([scaled_latency_ms(parts[id(mine[i])], scales) for i in rest])
+                measured = np.array([mine[i].latency_ms for i in rest])
+                before = mape(uncalibrated[rest], measured)
                 calibrated_errors.append(mape(after, measured))
                 print(f"{gpu:<10} {precision:<9} {len(rest):>7} {seed:>4} {before:>12.1%} "
                       f"{calibrated_errors[-1]:>10.1%} {calibration.left_out_mape:>15.1%}  "
                       f"{calibration.gemm_scale:.3g}, {calibration.memory_scale:.3g}, {calibration.host_scale:.3g}",
                       flush=True)
-            measured_all = [r.latency_ms for r in mine]
-            every = fit_scales([parts[id(r)] for r in mine], np.array(measured_all) * 1e-3, PRIOR_WEIGHTS[0])
-            floor = mape([float(parts[id(r)].latency_s(*(np.array([s]) for s in every))[0] * 1e3) for r in mine],
-                         measured_all)
+            measured_all = np.array([r.latency_ms for r in mine])
+            every = fit_scales([parts[id(r)] for r in mine], measured_all * 1e-3, PRIOR_WEIGHTS[0])
+            floor = mape(np.array([scaled_latency_ms(parts[id(r)], every) for r in mine]), measured_all)
             print(f"{gpu:<10} {precision:<9} mean over {args.seeds} seeds: uncalibrated "
                   f"{mape(uncalibrated, measured_all):.1%} on all {len(mine)} records, calibrated "
                   f"{statistics.mean(calibrated_errors):.1%} on the records each calibration left out; fitted on all "

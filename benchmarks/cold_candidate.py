@@ -11,19 +11,16 @@ nest (the export and the import are inside one block's featurization), so each i
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-import optuna
+from nas_scoring import candidate_arguments, sample_candidates
 
 from dippm_nas.integration import HardwareCostModel
-from search_spaces import get_search_space
 
 #: Each stage by the function that does it: (file suffix, function name).
 STAGES = {
@@ -39,17 +36,8 @@ STAGES = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="a100-40gb")
-    parser.add_argument("--batch", type=int, default=8)
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = get_search_space("mobilenetv3")
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=args.seed))
-    candidates = [space.sample(study.ask()) for _ in range(args.n)]
+    args = candidate_arguments(__doc__, n=20)
+    _, candidates = sample_candidates(args.n, args.seed)
     blocks = sum(len(c.blocks) for c in candidates)
     distinct = len({b.signature for c in candidates for b in c.blocks})
 

@@ -45,15 +45,22 @@ def timed(fn, items, desc):
     return out, times
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=500)
+def candidate_arguments(description: str, n: int) -> argparse.Namespace:
+    """The options of a benchmark over sampled candidates (how many, seed, device, batch), with warnings and
+    Optuna's log quiet."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=n)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="a100-40gb")
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return args
+
+
+def main() -> int:
+    args = candidate_arguments(__doc__, n=500)
 
     space, candidates = sample_candidates(args.n, args.seed)
     distinct = len({c.signature for c in candidates})

@@ -73,12 +73,15 @@ class Calibration:
     @property
     def left_out_mape(self) -> float:
         """The mean absolute percentage error of each row predicted by the fit of the others (a fraction)."""
-        return float(np.mean([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows]))
+        return float(np.mean(self._left_out_errors()))
 
     @property
     def left_out_median(self) -> float:
         """The median of the same errors."""
-        return float(np.median([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows]))
+        return float(np.median(self._left_out_errors()))
+
+    def _left_out_errors(self) -> np.ndarray:
+        return np.array([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows])
 
     def check_for(self, device: str, precision: str, mode: str) -> None:
         """Refuse, in one line, a prediction this calibration does not hold for."""

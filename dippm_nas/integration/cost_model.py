@@ -10,7 +10,6 @@ from dippm_nas.cache import GraphCache
 from dippm_nas.cost.base import Prediction
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-from dippm_nas.hardware.registry import check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
 from dippm_nas.integration.candidate import Candidate
 from dippm_nas.integration.featurizer import CachedFeaturizer
@@ -41,15 +40,13 @@ class HardwareCostModel:
                  use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
                  mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None):
         from dippm_nas._predict import Request
-        from dippm_nas.cost.host import check_mode, get_host_profile
+        from dippm_nas.cost.host import get_host_profile
 
         check_batch(batch)
-        self.device = get_device(device)
-        self.precision = check_precision(precision)
-        self.layout = check_layout(layout)
-        self.mode = check_mode(mode)
+        request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+        self.device, self.precision, self.layout, self.mode = request.gpu, precision, layout, mode
         self.host = get_host_profile(host).name
-        self.calibration = Request.checked(device, precision, layout, mig_margin, mode, host, calibration).calibration
+        self.calibration = request.calibration
         self.batch = batch
         self.cost_model = cost_model
         self.mig_margin = mig_margin
@@ -84,6 +81,6 @@ class HardwareCostModel:
         on ``device`` (a MIG slice of it, ``a100-40gb:1g.5gb``, say)."""
         from dippm_nas._predict import predict_graph
 
-        return predict_graph(graph, get_device(device) if device else self.device, self.precision, self.cost_model,
+        return predict_graph(graph, device or self.device, self.precision, self.cost_model,
                              self.mig_margin, layout=self.layout, mode=self.mode, host=self.host,
                              calibration=self.calibration)

@@ -24,6 +24,7 @@ import numpy as np
 from dippm_nas.cost.calibration import Calibration, CalibrationRow
 from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
 from dippm_nas.errors import DippmError, one_line
+from dippm_nas.training.metrics import mape
 
 #: The widest factor a scale may take either way: beyond it a row is more likely wrong than the GPU odd.
 LARGEST_SCALE = 8.0
@@ -112,7 +113,8 @@ def fit_scales(parts: Sequence[LatencyParts], measured_s: np.ndarray, prior_weig
     return np.exp(best)
 
 
-def _latency_ms(part: LatencyParts, scales: np.ndarray) -> float:
+def scaled_latency_ms(part: LatencyParts, scales: np.ndarray) -> float:
+    """The queued latency (ms) of one row with the three ``scales`` (GEMM-class, others, host)."""
     return float(part.latency_s(*(np.array([s]) for s in scales))[0] * 1e3)
 
 
@@ -121,7 +123,7 @@ def left_out_ms(parts: Sequence[LatencyParts], measured_s: np.ndarray, prior_wei
     out = np.zeros(len(parts))
     for i in range(len(parts)):
         others = [j for j in range(len(parts)) if j != i]
-        out[i] = _latency_ms(parts[i], fit_scales([parts[j] for j in others], measured_s[others], prior_weight))
+        out[i] = scaled_latency_ms(parts[i], fit_scales([parts[j] for j in others], measured_s[others], prior_weight))
     return out
 
 
@@ -132,7 +134,7 @@ def fit_with_chosen_prior(parts: Sequence[LatencyParts], measured_s: np.ndarray)
     best = None
     for weight in PRIOR_WEIGHTS:
         predicted = left_out_ms(parts, measured_s, weight)
-        error = float(np.mean(np.abs(predicted / (measured_s * 1e3) - 1)))
+        error = mape(predicted, measured_s * 1e3)
         if best is None or error < best[0]:
             best = (error, weight, predicted)
     _, weight, predicted = best
@@ -172,8 +174,8 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
                          "more (about ten, spread over batch sizes and models, calibrate best).")
     measured = np.array([r.latency_ms for r in used]) * 1e-3
     scales, left_out = fit_with_chosen_prior(parts, measured)
-    out = [CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, _latency_ms(part, np.ones(3)),
-                          _latency_ms(part, scales), float(predicted))
+    out = [CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, scaled_latency_ms(part, np.ones(3)),
+                          scaled_latency_ms(part, scales), float(predicted))
            for row, part, predicted in zip(used, parts, left_out)]
     return Calibration(device=gpu.key, precision=precision, mode=mode, gemm_scale=round(float(scales[0]), 4),
                        memory_scale=round(float(scales[1]), 4), host_scale=round(float(scales[2]), 4),
@@ -196,11 +198,13 @@ def report(calibration: Calibration) -> str:
         label = f"{r.model}{f'@{r.input_size}' if r.input_size else ''} b{r.batch}"
         lines.append(f"{label:<44} {r.latency_ms:9.3f} {r.before_ms:9.3f} {r.after_ms:9.3f} {r.left_out_ms:9.3f}")
 
-    def mape(attr: str) -> float:
-        return float(np.mean([abs(getattr(r, attr) / r.latency_ms - 1) for r in calibration.rows]))
+    measured = np.array([r.latency_ms for r in calibration.rows])
 
-    lines.append(f"MAPE on these {len(calibration.rows)} rows: {mape('before_ms'):.1%} uncalibrated, "
-                 f"{mape('after_ms'):.1%} calibrated; each row left out of its fit: {calibration.left_out_mape:.1%}")
+    def mape_of(attr: str) -> float:
+        return mape(np.array([getattr(r, attr) for r in calibration.rows]), measured)
+
+    lines.append(f"MAPE on these {len(calibration.rows)} rows: {mape_of('before_ms'):.1%} uncalibrated, "
+                 f"{mape_of('after_ms'):.1%} calibrated; each row left out of its fit: {calibration.left_out_mape:.1%}")
     lines.append(f"scales: GEMM-class kernels x{calibration.gemm_scale:.3g}, the others x{calibration.memory_scale:.3g}"
                  f", the host's issue time x{calibration.host_scale:.3g}")
     return "\n".join(lines)

@@ -178,13 +178,20 @@ def leave_one_gpu_out(samples: OperatorSamples, records: RecordSet | None = None
     for fold in _folds(samples.gpu):
         progress(f"holding out {', '.join(fold)}")
         held = np.isin(samples.gpu, fold)
-        model = fit(samples.take(np.flatnonzero(~held)), without(records, fold), config, progress)
+        model = fit_without(fold, samples, records, config, progress)
         test = samples.take(np.flatnonzero(held))
         gap = gap_of(test, gaps, set(samples.gpu[~held]))
         results.extend(HeldOut(gpu, test.take(np.flatnonzero(test.gpu == gpu)),
                                (kernel_seconds(model, test) + gap)[test.gpu == gpu],
                                (roofline_seconds(test) + gap)[test.gpu == gpu]) for gpu in fold)
     return results
+
+
+def fit_without(gpus: Sequence[str], samples: OperatorSamples, records: RecordSet | None = None,
+                config: OperatorTraining = OperatorTraining(),
+                progress: Callable[[str], None] = progress_to_stderr) -> OperatorModel:
+    """The operator model fitted without ``gpus``: neither their operator samples nor their records."""
+    return fit(samples.take(np.flatnonzero(~np.isin(samples.gpu, gpus))), without(records, gpus), config, progress)
 
 
 def without(records: RecordSet | None, gpus: Sequence[str]) -> RecordSet | None:

@@ -109,13 +109,12 @@ def _operators_without(gpu: str, test: list[Record], data: tuple[OperatorSamples
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware.registry import get_device
     from dippm_nas.training.dataset import load_graphs
-    from dippm_nas.training.operator_training import OperatorTraining, chip_of, fit, without
+    from dippm_nas.training.operator_training import chip_of, fit_without
 
     if data is None:
         raise ValueError("scoring the operator model needs its operator samples and training records")
     samples, records = data
-    fold = chip_of(gpu)
-    model = fit(samples.take(np.flatnonzero(~np.isin(samples.gpu, fold))), without(records, fold), OperatorTraining())
+    model = fit_without(chip_of(gpu), samples, records)
     graphs = load_graphs({r.graph_key for r in test})
     out = np.full((len(test), 2), np.nan)
     with tempfile.TemporaryDirectory() as folder:
