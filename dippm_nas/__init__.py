@@ -31,7 +31,7 @@ _EXPORTS = {
     "select_mig_profile": "dippm_nas.hardware",
     "TensorSpec": "dippm_nas.inputs",
     "SliceEstimate": "dippm_nas._predict", "build_graph": "dippm_nas._predict", "mig_table": "dippm_nas._predict",
-    "predict": "dippm_nas._predict", "predict_graph": "dippm_nas._predict",
+    "predict": "dippm_nas._predict", "predict_graph": "dippm_nas._predict", "predict_many": "dippm_nas._predict",
 }
 
 __all__ = sorted(_EXPORTS)

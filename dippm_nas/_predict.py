@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from tqdm import tqdm
 
 from dippm_nas._model_cache import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
@@ -202,6 +206,31 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
     return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
+
+
+def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: int = 8,
+                 device: str | Device = DEFAULT_DEVICE, precision: str = "fp32", *, cost_model: str = "auto",
+                 mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw", mode: str = "eager",
+                 host: str | HostProfile | None = None, calibration: CalibrationLike = None,
+                 progress: bool = False) -> list[Prediction]:
+    """:func:`predict` of each model with the same arguments, equal to it, the request checked once (a bad
+    argument fails before any export) and the graphs read from the disk cache where they are there; a model
+    that cannot be built raises, naming it. Candidates of a search space score together through
+    :meth:`dippm_nas.integration.HardwareCostModel.score_many`, which exports their new blocks in parallel.
+
+    >>> [p.mig_profile for p in predict_many(["resnet18", "resnet50"], batch=8)]
+    ['1g.5gb', '1g.5gb']
+    """
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+    out = []
+    for i, model in enumerate(tqdm(models, desc="predicting", unit="model", file=sys.stderr, disable=not progress)):
+        try:
+            graph = checked_graph(model, input_shape, batch)
+        except DippmError as exc:
+            named = model if isinstance(model, str | os.PathLike) else type(model).__name__
+            raise DippmError(f"model {i} ({named}): {exc}") from exc
+        out.append(_predict_checked(graph, request, cost_model))
+    return out
 
 
 def checked_graph(model: Any, input_shape: InputLike, batch: int) -> ModelGraph:

@@ -166,7 +166,16 @@ class GraphCache:
 
     def get(self, key: str) -> ModelGraph | None:
         """The graph stored under ``key``, or None; a row another ``FORMAT`` wrote counts as a miss."""
-        kind = self._kind(key)
+        graph = self._lookup(key)
+        (self.hits if graph is not None else self.misses)[self._kind(key)] += 1
+        return graph
+
+    def holds(self, key: str) -> bool:
+        """Whether a graph is stored under ``key``, without counting a hit or a miss (the graph is then in
+        memory for the ``get`` that follows)."""
+        return self._lookup(key) is not None
+
+    def _lookup(self, key: str) -> ModelGraph | None:
         graph = self._memory.get(key)
         if graph is None and self.path is not None:
             with self._lock:
@@ -180,7 +189,6 @@ class GraphCache:
                         self._sound(lambda: self._connection().execute("DELETE FROM graphs WHERE key = ?", (key,)))
                 else:
                     self._memory[key] = graph
-        (self.hits if graph is not None else self.misses)[kind] += 1
         return graph
 
     def put(self, key: str, graph: ModelGraph) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -163,6 +163,32 @@ class SearchSpace(ABC):
                 return choices[-1 if largest else 0]
 
         return self.sample(_Pick())
+
+    def distinct_blocks(self) -> list[BlockSpec]:
+        """Every distinct block a candidate of the space can have (``fixed`` parameters held): what
+        ``dippm-nas cache warm`` exports ahead of a search, so that no candidate waits on an export.
+
+        >>> from search_spaces import get_search_space
+        >>> len(get_search_space("mobilenetv3", fixed={"resolution": 160}).distinct_blocks())
+        92
+        """
+        blocks: dict[str, BlockSpec] = {}
+        for arch in self.covering_archs():
+            for block in self.from_arch(arch).blocks:
+                blocks.setdefault(block.signature, block)
+        return list(blocks.values())
+
+    def covering_archs(self) -> Iterator[dict[str, Any]]:
+        """Architectures whose blocks, taken together, are every block the space has (:meth:`distinct_blocks`)."""
+        raise DippmError(f"search space {self.name!r} does not list its blocks; its candidates are featurized as a "
+                         "search meets them.")
+
+    def allowed(self, name: str, preferred: Any) -> Any:
+        """``preferred`` for parameter ``name`` where the space may take it, else its fixed value or first choice."""
+        if name in self.fixed:
+            return self.fixed[name]
+        choices = self.parameters[name]
+        return preferred if preferred in choices else choices[0]
 
     def choose(self, trial: Any, name: str) -> Any:
         """The fixed value of parameter ``name`` if the space was built with one, else ``trial``'s choice."""

@@ -3,7 +3,8 @@ with kernel {3, 5, 7} and expand ratio {3, 4, 6}, at input resolution 160-224 in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torch import nn
@@ -75,6 +76,18 @@ class MobileNetV3Space(SearchSpace):
                 arch[f"kernel_{s}_{b}"] = self.choose(trial, f"kernel_{s}_{b}")
                 arch[f"expand_{s}_{b}"] = self.choose(trial, f"expand_{s}_{b}")
         return self.from_arch(arch)
+
+    def covering_archs(self) -> Iterator[dict[str, Any]]:
+        """Every stage at its deepest with one kernel and one expand ratio throughout, at each resolution:
+        a block's shape depends on the resolution, its position and its own kernel and expand ratio."""
+        for resolution, kernel, expand in itertools.product(RESOLUTIONS, KERNELS, EXPANDS):
+            arch = {"resolution": self.allowed("resolution", resolution)}
+            for s in range(len(STAGES)):
+                arch[f"depth_{s}"] = self.allowed(f"depth_{s}", max(DEPTHS))
+                for b in range(max(DEPTHS)):
+                    arch[f"kernel_{s}_{b}"] = self.allowed(f"kernel_{s}_{b}", kernel)
+                    arch[f"expand_{s}_{b}"] = self.allowed(f"expand_{s}_{b}", expand)
+            yield arch
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
         """The stem, the stages' blocks and the head for ``arch``; a DippmError for an unknown name or value."""

@@ -4,7 +4,8 @@ depth {0, 1, 2} each, bottleneck expand ratio {0.2, 0.25, 0.35} per block, width
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torch import nn
@@ -87,6 +88,19 @@ class ResNetSpace(SearchSpace):
             for b in range(depth):
                 arch[f"expand_{s}_{b}"] = self.choose(trial, f"expand_{s}_{b}")
         return self.from_arch(arch)
+
+    def covering_archs(self) -> Iterator[dict[str, Any]]:
+        """Stages at their deepest with one expand ratio throughout, their widths alternating between two
+        multipliers (the stem's the second): a stage's first block depends on the width before it and its
+        own, every other block on its stage's width and expand ratio, so all ordered pairs of widths cover them."""
+        for first, second, expand in itertools.product(WIDTH_MULTS, WIDTH_MULTS, EXPANDS):
+            arch = {"width_stem": self.allowed("width_stem", second)}
+            for s, base in enumerate(BASE_DEPTHS):
+                arch[f"width_{s}"] = self.allowed(f"width_{s}", second if s % 2 else first)
+                arch[f"extra_depth_{s}"] = self.allowed(f"extra_depth_{s}", max(EXTRA_DEPTHS))
+                for b in range(base + max(EXTRA_DEPTHS)):
+                    arch[f"expand_{s}_{b}"] = self.allowed(f"expand_{s}_{b}", expand)
+            yield arch
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
         """The stem, the stages' bottlenecks and the head for ``arch``; a DippmError for an unknown name or value."""

@@ -3,7 +3,8 @@ MLP ratio and number of heads (64 dimensions a head); patch 16, input 224."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -98,6 +99,20 @@ class ViTSpace(SearchSpace):
             arch[f"{size}_mlp_ratio_{i}"] = self.choose(trial, f"{size}_mlp_ratio_{i}")
             arch[f"{size}_heads_{i}"] = self.choose(trial, f"{size}_heads_{i}")
         return self.from_arch(arch)
+
+    def covering_archs(self) -> Iterator[dict[str, Any]]:
+        """Each size at its deepest, every layer with one MLP ratio and number of heads, at each embedding
+        dim: a layer's shape depends on the dim and its own ratio and heads."""
+        for size, r in RANGES.items():
+            if self.allowed("size", size) != size:
+                continue
+            for dim, ratio, heads in itertools.product(r["embed_dim"], r["mlp_ratio"], r["heads"]):
+                arch = {"size": size, f"{size}_embed_dim": self.allowed(f"{size}_embed_dim", dim),
+                        f"{size}_depth": self.allowed(f"{size}_depth", max(r["depth"]))}
+                for i in range(max(r["depth"])):
+                    arch[f"{size}_mlp_ratio_{i}"] = self.allowed(f"{size}_mlp_ratio_{i}", ratio)
+                    arch[f"{size}_heads_{i}"] = self.allowed(f"{size}_heads_{i}", heads)
+                yield arch
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
         """Patch embedding, the layers and the head for ``arch``; a DippmError for an unknown name or value."""

@@ -110,6 +110,8 @@ BAD_INPUTS = {
                                "{tmp}/empty_dir"], "is a folder; give the HTML file to write"),
     "unknown study": (["report", "--storage", "sqlite:///{tmp}/studies.db", "--study", "nope"],
                       "no study 'nope'"),
+    "journal file that does not exist": (["report", "--storage", "{tmp}/none.log", "--study", "s"],
+                                         "no such journal file"),
     "directory that is not a model": (["predict", "{tmp}/empty_dir"], "is a directory but holds no model"),
     "file of a kind not read": (["predict", "{tmp}/weights.pt"], "of a kind dippm-nas does not read"),
     "unknown cost model": (["predict", "resnet18", "--cost-model", "roofline"], "auto, analytical, operators, pmgns"),

@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from dippm_nas.cli import main as cli
+from dippm_nas.integration.study import storage_named
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -28,7 +29,7 @@ def _example(name: str):
 
 
 def test_every_example_has_a_test():
-    tested = {"mobilenetv3_mig_search", "timm_zoo_search"}
+    tested = {"mobilenetv3_mig_search", "timm_zoo_search", "evolution_search"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -80,7 +81,26 @@ def test_timm_zoo_example_when_nothing_fits(capsys):
     assert code == 1 and "no model fits a100-40gb 1g.5gb at batch 1024" in out and "choose a larger --profile" in out
 
 
-@pytest.mark.parametrize("name", ["mobilenetv3_mig_search", "timm_zoo_search"])
+def test_evolution_search_scores_200_candidates_and_resumes(tmp_path, capsys):
+    """Two generations of 50, then a rerun that resumes from the stored study to 200 and writes the report."""
+    example = _example("evolution_search")
+    journal = str(tmp_path / "evolution.log")
+    common = ["--resolution", "160", "--population", "50", "--storage", journal, "--cache",
+              str(tmp_path / "blocks.sqlite")]
+    assert example.main(["--candidates", "100", *common]) == 0
+    assert "100 candidates (100 in " in capsys.readouterr().out
+    assert example.main(["--candidates", "200", *common, "--report", str(tmp_path / "evolution.html")]) == 0
+    out = capsys.readouterr().out
+    assert "200 candidates (100 in " in out and "100 from earlier runs" in out and "report: " in out
+    assert re.search(r"best parameters \(M\) [\d.]+ \(trial \d+\): resolution 160", out)
+    study = optuna.load_study(study_name="mobilenetv3-evolution", storage=storage_named(journal))
+    assert len(study.trials) == 200 and study.metric_names[0] == "parameters (M)"
+    assert {t.user_attrs["device"] for t in study.trials if "device" in t.user_attrs} == {"a100-40gb:1g.5gb"}
+    assert cli(["report", "--storage", journal, "--study", "mobilenetv3-evolution", "--out",
+                str(tmp_path / "again.html")]) == 0
+
+
+@pytest.mark.parametrize("name", ["mobilenetv3_mig_search", "timm_zoo_search", "evolution_search"])
 def test_help_runs(name):
     proc = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), "--help"], capture_output=True, text=True,
                           timeout=120)

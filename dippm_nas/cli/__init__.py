@@ -1,6 +1,6 @@
 """The ``dippm-nas`` command, one module per group of commands: ``predict``, ``mig`` and ``devices``
 (:mod:`._predict`), ``manifest`` and ``measure`` (:mod:`._measure`), ``report`` (:mod:`._report`),
-``dataset``, ``train`` and ``evaluate`` (:mod:`._training`).
+``dataset``, ``train`` and ``evaluate`` (:mod:`._training`), ``cache warm`` (:mod:`._cache`).
 
 Bad input prints one line, ``error: ...``, on stderr and exits with status 2; with ``--json`` the same
 message is also printed on stdout as ``{"error": "..."}``, for scripts. Arguments are checked before
@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from dippm_nas.cli import _measure, _predict, _report, _training
+from dippm_nas.cli import _cache, _measure, _predict, _report, _training
 from dippm_nas.errors import DippmError, one_line
 
 EXIT_USAGE = 2
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "on an NVIDIA GPU, without the GPU.",
         epilog=_predict.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (_predict, _measure, _report, _training):
+    for group in (_predict, _measure, _report, _training, _cache):
         group.add_commands(sub)
     return parser
 

@@ -14,12 +14,17 @@ _URL = re.compile(r"^(?P<dialect>[A-Za-z][A-Za-z0-9_]*)(\+[A-Za-z0-9_]+)?://(?P<
 
 
 def check_storage(url: str) -> str:
-    """``url`` where it is an Optuna RDB storage URL whose database can exist, else one clear error;
-    a SQLite file must exist (Optuna would create an empty one and find no study in it).
+    """``url`` where it is an Optuna RDB storage URL whose database can exist, or a journal file that exists,
+    else one clear error; a SQLite file must exist (Optuna would create an empty one and find no study in it).
 
     >>> check_storage("postgresql+psycopg://user:password@host/nas")
     'postgresql+psycopg://user:password@host/nas'
     """
+    if "://" not in url:  # an Optuna journal file
+        if not os.path.isfile(url):
+            raise DippmError(f"--storage {url}: no such journal file; give the file a search wrote, or a database "
+                             "URL such as sqlite:///nas.db.")
+        return url
     match = _URL.match(url)
     if not match or match["dialect"].lower() not in DIALECTS:
         raise DippmError(f"--storage {url}: not an Optuna storage URL; give one such as sqlite:///nas.db or "
@@ -50,11 +55,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     import optuna
 
     from dippm_nas.integration.report import write_report
+    from dippm_nas.integration.study import storage_named
 
+    storage = storage_named(args.storage)
     try:
-        study = optuna.load_study(study_name=args.study, storage=args.storage)
+        study = optuna.load_study(study_name=args.study, storage=storage)
     except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(args.storage)]
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         raise DippmError(f"no study {args.study!r} in {args.storage}; "
                          f"studies there: {', '.join(names) or 'none'}.") from None
     except Exception as exc:  # SQLAlchemy and the database drivers raise their own types
@@ -72,7 +79,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``report``."""
     rp = sub.add_parser("report", help="a self-contained HTML report of a study: Pareto fronts, table, history")
-    rp.add_argument("--storage", required=True, help="Optuna storage URL, e.g. sqlite:///nas.db or postgresql://...")
+    rp.add_argument("--storage", required=True,
+                    help="Optuna storage URL (sqlite:///nas.db, postgresql://...) or journal file")
     rp.add_argument("--study", required=True, help="study name")
     rp.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
     rp.add_argument("--png", default=None, metavar="DIR", help="also write the plots as PNG files into DIR")

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from tqdm import tqdm
+
 from dippm_nas.cache import GraphCache
 from dippm_nas.cost.base import Prediction
+from dippm_nas.errors import DippmError, one_line
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
 from dippm_nas.inputs import InputLike, check_batch
+from dippm_nas.integration.block_pool import PROGRESS_FROM
 from dippm_nas.integration.candidate import Candidate
-from dippm_nas.integration.featurizer import CachedFeaturizer
+from dippm_nas.integration.featurizer import CachedFeaturizer, graph_or_failure
 
 
 class HardwareCostModel:
@@ -23,7 +29,8 @@ class HardwareCostModel:
     ``cost_model="auto"`` takes the learned model wherever it answers and the analytical one elsewhere.
     ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU, or
     ``cuda-graphs``), and ``calibration`` a fit to the user's own measurements of the GPU,
-    :func:`dippm_nas.predict_graph`.
+    :func:`dippm_nas.predict_graph`. ``workers``: the processes that export many new blocks at once
+    (:meth:`score_many`), one a core by default.
 
     >>> import optuna
     >>> from search_spaces import get_search_space
@@ -38,7 +45,8 @@ class HardwareCostModel:
     def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
                  use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
-                 mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None):
+                 mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None,
+                 workers: int | None = None):
         from dippm_nas._predict import Request
         from dippm_nas.cost.host import get_host_profile
 
@@ -52,7 +60,7 @@ class HardwareCostModel:
         self.mig_margin = mig_margin
         self.use_cache = use_cache
         store = cache if isinstance(cache, GraphCache) or cache is None else GraphCache(cache)
-        self.featurizer = CachedFeaturizer(batch, store)
+        self.featurizer = CachedFeaturizer(batch, store, workers)
 
     @property
     def cache(self) -> GraphCache:
@@ -75,6 +83,29 @@ class HardwareCostModel:
     def score(self, candidate: Candidate | Any, inputs: InputLike = None) -> Prediction:
         """A search-space candidate, or any model :func:`dippm_nas.predict` accepts."""
         return self.predict(self.graph(candidate, inputs))
+
+    def graph_many(self, candidates: Sequence[Candidate | Any], progress: bool = False
+                   ) -> list[ModelGraph | Exception]:
+        """:meth:`graph` of each candidate, or the exception that kept it from one; the new blocks of them
+        all are exported together, in worker processes where they are many. A fault of the cache or of a
+        worker is raised: it is no candidate's."""
+        if self.use_cache:
+            return self.featurizer.graphs(candidates, progress)
+        return [graph_or_failure(self.graph, candidate) for candidate in candidates]
+
+    def score_many(self, candidates: Sequence[Candidate | Any], progress: bool = False) -> list[Prediction]:
+        """The predictions of many candidates (a population, a generation), equal to :meth:`score` of each;
+        their new blocks are exported together, in worker processes where they are many. Raises the first
+        candidate's failure, naming it; :class:`~dippm_nas.integration.HardwareObjective` keeps each
+        candidate's failure to its own trial instead."""
+        graphs = self.graph_many(candidates, progress)
+        for i, (candidate, graph) in enumerate(zip(candidates, graphs)):
+            if isinstance(graph, Exception):
+                name = getattr(candidate, "name", None) or type(candidate).__name__
+                raise DippmError(f"candidate {i} ({name}) could not be featurized: {one_line(graph)}") from graph
+        bar = tqdm(graphs, desc="predicting", unit="candidate", file=sys.stderr,
+                   disable=not progress or len(graphs) < PROGRESS_FROM)
+        return [self.predict(graph) for graph in bar]
 
     def predict(self, graph: ModelGraph, device: str | None = None) -> Prediction:
         """The prediction of a graph :meth:`graph` made, with this cost model's settings, on its device or

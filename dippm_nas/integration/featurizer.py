@@ -6,18 +6,24 @@ the candidate's graph is stitched from its blocks. The stitched graph is cached 
 architecture's signature. Any other model goes through the whole-model cache. Every key ends with the
 graph version (:func:`~dippm_nas.graph.serialize.graph_version`): a shared cache written by a version with
 another operator vocabulary is never read.
+
+Many candidates at once (:meth:`CachedFeaturizer.graphs`) first gather the blocks none of them has in
+the cache, export those together in worker processes (:mod:`~dippm_nas.integration.block_pool`), then
+stitch each candidate.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache import CacheFault, GraphCache
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
 from dippm_nas.graph.stitch import stitch
-from dippm_nas.inputs import InputLike, TensorSpec
+from dippm_nas.inputs import InputLike
+from dippm_nas.integration.block_pool import BlockPool, WorkerFault, export_block
 from dippm_nas.integration.candidate import Block, Candidate
 
 
@@ -34,24 +40,45 @@ def _model_key(model: Any, inputs: InputLike, batch: int) -> str:
 class CachedFeaturizer:
     """Featurize candidates and models at one batch size, through a :class:`GraphCache`."""
 
-    def __init__(self, batch: int, cache: GraphCache | None = None):
+    def __init__(self, batch: int, cache: GraphCache | None = None, workers: int | None = None):
         self.batch = batch
         self.cache = cache if cache is not None else GraphCache()
+        self.pool = BlockPool(workers)
+
+    def _block_key(self, block: Block) -> str:
+        return f"block:{block.signature}:b{self.batch}:g{graph_version()}"
+
+    def _candidate_key(self, candidate: Candidate) -> str:
+        return f"candidate:{candidate.signature}:b{self.batch}:g{graph_version()}"
 
     def block_graph(self, block: Block) -> ModelGraph:
         """One block's graph, exported the first time its signature is seen at this batch."""
-        key = f"block:{block.signature}:b{self.batch}:g{graph_version()}"
+        key = self._block_key(block)
         graph = self.cache.get(key)
         if graph is None:
-            from dippm_nas._predict import build_graph
-
-            graph = build_graph(block.build(), TensorSpec(block.input_shape, block.dtype), self.batch)
+            graph = export_block(block, self.batch)
             self.cache.put(key, graph)
         return graph
 
+    def missing(self, blocks: Sequence[Block]) -> list[Block]:
+        """The distinct blocks among ``blocks`` that the cache lacks at this batch."""
+        new = {b.signature: b for b in blocks if not self.cache.holds(self._block_key(b))}
+        return list(new.values())
+
+    def warm(self, blocks: Sequence[Block], progress: bool = False) -> dict[str, Exception]:
+        """Export the blocks the cache lacks, in the pool's workers where they are many; returns the
+        exception of each block that failed, by signature (the others are cached)."""
+        failed: dict[str, Exception] = {}
+        for block, outcome in self.pool.export(self.missing(blocks), self.batch, progress):
+            if isinstance(outcome, Exception):
+                failed[block.signature] = outcome
+            else:
+                self.cache.put(self._block_key(block), outcome)
+        return failed
+
     def candidate_graph(self, candidate: Candidate) -> ModelGraph:
         """The candidate's graph stitched from its blocks' graphs, cached under the architecture's signature."""
-        key = f"candidate:{candidate.signature}:b{self.batch}:g{graph_version()}"
+        key = self._candidate_key(candidate)
         graph = self.cache.get(key)
         if graph is None:
             graph = stitch([self.block_graph(b) for b in candidate.blocks], candidate.name)
@@ -76,3 +103,35 @@ class CachedFeaturizer:
         if getattr(item, "model", None) is not None:  # a zoo candidate: the whole model, by name
             return self.model_graph(item.model, item.input_shape)
         return self.model_graph(item, inputs)
+
+    def graphs(self, items: Sequence[Candidate | Any], progress: bool = False) -> list[ModelGraph | Exception]:
+        """:meth:`graph` of each item, or the exception that kept it from one (a fault of the cache or of
+        a worker is raised, as it is no item's). The new blocks of all the candidates are exported together
+        first (:meth:`warm`), each once."""
+        blocks = [b for item in items if getattr(item, "blocks", None)
+                  and not self.cache.holds(self._candidate_key(item)) for b in item.blocks]
+        failed = self.warm(blocks, progress)
+        out: list[ModelGraph | Exception] = []
+        for item in items:
+            failure = next((failed[b.signature] for b in getattr(item, "blocks", None) or ()
+                            if b.signature in failed), None)
+            if failure is not None:
+                out.append(failure)
+                continue
+            out.append(graph_or_failure(self.graph, item))
+        return out
+
+
+#: Faults of the machine a candidate's graph can meet: the cache's location, the disk, memory, a worker.
+MACHINE_FAULTS = (CacheFault, WorkerFault, OSError, MemoryError)
+
+
+def graph_or_failure(graph_of: Callable[[Any], ModelGraph], item: Any) -> ModelGraph | Exception:
+    """``graph_of(item)``, or the exception that kept the item from a graph (its own failure: it cannot be
+    built or exported); a fault of the machine (:data:`MACHINE_FAULTS`) is raised, as it is no item's."""
+    try:
+        return graph_of(item)
+    except MACHINE_FAULTS:
+        raise
+    except Exception as exc:
+        return exc

@@ -6,14 +6,15 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from dippm_nas.cache import CacheFault
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.integration.constraints import FITS_MEMORY, HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
+from dippm_nas.integration.featurizer import MACHINE_FAULTS
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class HardwareObjective:
     (a cache file that cannot be opened, the disk, an error of the cost model itself) is not the
     candidate's: it fails the trial with a warning that gives the cause (its ``fault`` attribute keeps
     it), and ``max_faults_in_a_row`` such failures in a row stop the study with :class:`SearchStopped`.
+    ``study.optimize(objective)`` scores one trial at a time; :meth:`ask_and_tell` a generation at once.
 
     Here the accuracy is real: each candidate of the timm zoo space is a published model and carries
     its ImageNet top-1.
@@ -96,16 +98,53 @@ class HardwareObjective:
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, ...]:
         """Score, constrain and, if feasible, evaluate the trial's candidate; raises TrialPruned otherwise."""
-        candidate = self.space.sample(trial)
-        trial.set_user_attr("architecture", dict(candidate.arch))
+        candidate = self._sample(trial)
         try:
-            graph = self.cost.graph(candidate)
-        except (CacheFault, OSError, MemoryError) as exc:  # the cache's location, the disk, the machine
+            graph: Any = self.cost.graph(candidate)
+        except MACHINE_FAULTS as exc:  # the cache's location, the disk, the machine
             return self._fault(trial, exc)
         except Exception as exc:  # a candidate that cannot be exported is a pruned trial, not a crash
-            reason = f"featurizing failed: {one_line(exc)}"
+            graph = exc
+        return self._judged(trial, candidate, graph)
+
+    def ask_and_tell(self, study: optuna.Study, n: int, progress: bool = False) -> list[optuna.trial.FrozenTrial]:
+        """Ask ``study`` for ``n`` trials (a population, a generation), score their candidates together
+        (:meth:`HardwareCostModel.graph_many`: the new blocks of them all are exported at once, in worker
+        processes), then judge and tell each as :meth:`__call__` would; returns the trials told. An error
+        of the space or ``accuracy_fn``, or :class:`SearchStopped`, fails the trials not yet told and is raised."""
+        trials = [study.ask() for _ in range(n)]
+        told: list[optuna.trial.FrozenTrial] = []
+        try:
+            candidates = [self._sample(trial) for trial in trials]
+            try:
+                graphs: list[Any] = self.cost.graph_many(candidates, progress)
+            except MACHINE_FAULTS as exc:
+                graphs = [_Fault(exc)] * n
+            for trial, candidate, graph in zip(trials, candidates, graphs):
+                try:
+                    values = self._fault(trial, graph.cause) if isinstance(graph, _Fault) else \
+                        self._judged(trial, candidate, graph)
+                except optuna.TrialPruned:
+                    told.append(study.tell(trial, state=optuna.trial.TrialState.PRUNED))
+                else:
+                    told.append(study.tell(trial, values))
+        finally:
+            for trial in trials[len(told):]:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return told
+
+    def _sample(self, trial: optuna.Trial) -> Any:
+        candidate = self.space.sample(trial)
+        trial.set_user_attr("architecture", dict(candidate.arch))
+        return candidate
+
+    def _judged(self, trial: optuna.Trial, candidate: Any, graph: Any) -> tuple[float, ...]:
+        """Predict, constrain and, if feasible, evaluate a candidate from its graph, or from the exception
+        that kept it from one (the candidate's own: the trial is pruned with the reason)."""
+        if isinstance(graph, Exception):
+            reason = f"featurizing failed: {one_line(graph)}"
             trial.set_user_attr("prune_reason", reason)
-            raise optuna.TrialPruned(reason) from exc
+            raise optuna.TrialPruned(reason) from graph
         constraints = self.constraints or HardwareConstraints(device=self.cost.device.key,
                                                               mig_margin=self.cost.mig_margin)
         try:
@@ -148,6 +187,13 @@ class HardwareObjective:
         _LOG.warning("trial %d failed on a fault of dippm-nas, not of its candidate (%d in a row; the study "
                      "stops at %d): %s", trial.number, in_a_row, self.max_faults_in_a_row, cause)
         return (math.nan,) * len(self.directions)
+
+
+@dataclass(frozen=True)
+class _Fault:
+    """A fault of the machinery that kept a whole batch of candidates from their graphs."""
+
+    cause: Exception
 
 
 def _broken(key: str, value: float, prediction) -> str:

@@ -23,6 +23,9 @@ from dippm_nas.integration.filters import is_feasible, trial_memory_mib
 COSTS = {"latency_ms": "predicted latency (ms per batch)", "energy_j": "predicted energy (J per batch)",
          "memory_mib": "predicted memory (MiB)"}
 INFEASIBLE = "infeasible"
+#: From this many scored trials on, the fronts are drawn with WebGL and smaller markers: ten thousand SVG
+#: markers a figure make the page slow to draw and the front hard to see.
+LARGE_STUDY = 1000
 PALETTE = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728"]
 
 
@@ -121,11 +124,14 @@ def _objective_name(study: optuna.Study) -> str:
 def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, front: list[FrozenTrial]):
     import plotly.graph_objects as go
 
+    large = len(trials) >= LARGE_STUDY
+    scatter = go.Scattergl if large else go.Scatter
     fig = go.Figure()
     for group, colour, members in _groups(trials):
-        fig.add_trace(go.Scatter(
+        fig.add_trace(scatter(
             x=[cost_of(t, cost) for t in members], y=[t.values[0] for t in members], mode="markers", name=group,
-            marker={"color": colour, "size": 8, "opacity": 0.5 if group == INFEASIBLE else 0.9},
+            marker={"color": colour, "size": 4 if large else 8,
+                    "opacity": (0.3 if large else 0.5) if group == INFEASIBLE else (0.6 if large else 0.9)},
             text=[f"trial {t.number}" for t in members],
             hovertemplate="%{text}<br>%{x:.4g}<br>objective %{y:.4g}<extra>" + group + "</extra>"))
     fig.add_trace(go.Scatter(x=[cost_of(t, cost) for t in front], y=[t.values[0] for t in front],
@@ -172,8 +178,8 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
     for cost, label in COSTS.items():
         fig, ax = plt.subplots(figsize=(6, 4.2))
         for group, colour, members in _groups(trials):
-            ax.scatter([cost_of(t, cost) for t in members], [t.values[0] for t in members], s=14, label=group,
-                       color=colour)
+            ax.scatter([cost_of(t, cost) for t in members], [t.values[0] for t in members], label=group, color=colour,
+                       s=3 if len(trials) >= LARGE_STUDY else 14)
         front = fronts[cost]
         ax.step([cost_of(t, cost) for t in front], [t.values[0] for t in front], where="post", color="black",
                 linewidth=1, label="Pareto front")

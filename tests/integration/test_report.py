@@ -68,3 +68,15 @@ def test_report_on_unscored_study_is_a_clear_error(tmp_path):
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     with pytest.raises(DippmError, match="no completed trial scored by dippm-nas"):
         write_report(study, tmp_path / "r.html")
+
+
+def test_a_large_study_is_drawn_with_webgl(study_url):
+    """Ten thousand SVG markers a figure make a page slow to draw: from LARGE_STUDY trials on, WebGL."""
+    from dippm_nas.integration.report import LARGE_STUDY, _front_figure
+
+    study = optuna.load_study(study_name="zoo", storage=study_url)
+    trials = scored_trials(study)
+    many = trials * -(-LARGE_STUDY // len(trials))
+    for shown, kind in ((trials, "scatter"), (many, "scattergl")):
+        figure = _front_figure(study, shown, "latency_ms", pareto_2d(shown, "latency_ms", maximize=True))
+        assert {trace.type for trace in figure.data if trace.mode == "markers"} == {kind}
