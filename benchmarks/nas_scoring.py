@@ -49,14 +49,16 @@ def timed(fn, items, desc):
     return out, times
 
 
-def candidate_arguments(description: str, n: int) -> argparse.Namespace:
-    """The options of a benchmark over sampled candidates (how many, seed, device, batch), with warnings and
-    Optuna's log quiet."""
+def candidate_arguments(description: str, n: int, flags: dict[str, str] | None = None) -> argparse.Namespace:
+    """The options of a benchmark over sampled candidates (how many, seed, device, batch, and its own on/off
+    ``flags`` with their help), with warnings and Optuna's log quiet."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=n)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="a100-40gb")
     parser.add_argument("--batch", type=int, default=8)
+    for flag, help_text in (flags or {}).items():
+        parser.add_argument(flag, action="store_true", help=help_text)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
