@@ -6,7 +6,7 @@ allocator's replay inside the prediction), so each is given on its own.
 - cold: through an empty block cache, as the first trials of a search do: building the block's PyTorch
   module, torch.export and the Relax import (TVM), reading the Relax module into a ModelGraph, stitching
   blocks, the cache, and the prediction;
-- ``--warm``: every block cached, no candidate's graph: stitching, the operators' table, the roofline, the
+- ``--warm``: every block cached, no candidate's graph: stitching the graph and the operators' table, the roofline, the
   caching allocator's replay, the learned network, and the prediction as a whole.
 
     python benchmarks/candidate_time.py            # 20 cold candidates, seed 0, a100-40gb, batch 8
@@ -40,7 +40,7 @@ COLD_STAGES = {
 #: ... and of a warm one.
 WARM_STAGES = {
     "stitch the blocks": ("dippm_nas/graph/stitch.py", "stitch"),
-    "operators' table": ("dippm_nas/cost/table.py", "node_table"),
+    "operators' table, stitched": ("dippm_nas/cost/table.py", "stitched"),
     "roofline": ("dippm_nas/cost/analytical.py", "roofline"),
     "allocator replay": ("dippm_nas/cost/allocator.py", "replay"),
     "learned network": ("dippm_nas/cost/learned.py", "_correction"),

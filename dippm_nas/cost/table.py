@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from operator import attrgetter
@@ -137,6 +138,9 @@ class NodeTable:
     rows: np.ndarray  # [n, 2]: rows and row length a reduction or normalisation works through (``rows``), else zeros
     #: allocator bytes of the outputs, by the element size of the precision (:meth:`allocations`)
     alloc_bytes: dict[int | None, np.ndarray]
+    f32_weight: np.ndarray  # reads a float32 weight (autocast's policy may follow it)
+    #: by a lower element size, the allocator bytes autocast would save on the outputs, were they cast down
+    f32_saving: dict[int, np.ndarray]
     free_step: np.ndarray  # the step after which a node's allocation is freed; -1 where it shares one
     input_bytes: float  # the model's inputs (autocast keeps them float32)
     # per sample (the batch-1 graph):
@@ -185,8 +189,7 @@ class NodeTable:
                            dtype=np.int64, count=n)
         category = np.fromiter(map(categories.__getitem__, map(attrgetter("category"), nodes)), dtype=np.int64, count=n)
         flops = np.fromiter(map(attrgetter("flops"), nodes), dtype=np.float64, count=n)
-        in_place, held = (np.fromiter(map(dict.get, attrs, itertools.repeat(key), itertools.repeat(0)), dtype=np.int64,
-                                      count=n) for key in (EAGER_INPLACE_OF, EAGER_HOLD))
+        in_place, held = _eager_columns(attrs)
         first_outputs = [out[0].shape if out else () for out in map(attrgetter("outputs"), nodes)]
         rank, out_dims1 = _per_sample_tails(first_outputs, batch)
         tensors = _Tensors.of(nodes, batch)
@@ -217,10 +220,8 @@ class NodeTable:
         f32_weight = tensors.per_node(tensors.f32 & (tensors.count > 1))[2] > 0
         autocast = _autocast(graph, kind, f32_weight, f32_in, f32_out)
         alloc = tensors.per_node(tensors.blocks(tensors.size))[1]
-        alloc_bytes: dict[int | None, np.ndarray] = {None: alloc}
-        for lower in autocast_element_sizes():
-            saving = tensors.per_node(tensors.f32 * (tensors.blocks(FULL_BYTES) - tensors.blocks(lower)))[1]
-            alloc_bytes[lower] = alloc - np.where(autocast.stays_f32, 0.0, saving)
+        f32_saving = {lower: tensors.per_node(tensors.f32 * (tensors.blocks(FULL_BYTES) - tensors.blocks(lower)))[1]
+                      for lower in autocast_element_sizes()}
         nbytes, other_bytes, per_sample_bytes = (tensors.per_node(v) for v in (
             tensors.bytes, ~tensors.f32 * tensors.bytes, tensors.per_sample_count * tensors.size))
         columns = {"math_fallback": np.zeros((n, 6)), "gemm": np.zeros((n, 4)), "serial_loop": np.zeros((n, 2)),
@@ -243,13 +244,57 @@ class NodeTable:
             flops=flops, f32_read=f32_in, f32_written=f32_out, autocast=autocast,
             other_bytes=other_bytes[0] + other_bytes[1], weight_numel=tensors.per_node(tensors.count)[2],
             weight_bytes=nbytes[2], weight_tensor_bytes=tensors.bytes[tensors.role == 2].astype(np.float64),
-            alloc_bytes=alloc_bytes,
+            alloc_bytes=_alloc_bytes(alloc, f32_saving, autocast), f32_weight=f32_weight, f32_saving=f32_saving,
             free_step=_free_steps(graph, is_view, in_place, held),
             input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=flops // batch,
             read1=per_sample_bytes[0], written1=per_sample_bytes[1],
             out_dims1=out_dims1, shape_attrs=shape_attrs,
             n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
+
+    @classmethod
+    def stitched(cls, tables: Sequence[NodeTable], graph: ModelGraph) -> NodeTable:
+        """The table of ``graph``, the stitch of the graphs ``tables`` are of, in order
+        (:func:`~dippm_nas.graph.stitch.stitch`), equal to :meth:`of` it and without reading its operators
+        again: every per-operator column is its block's, and what follows the dataflow across blocks (autocast's
+        precisions, when each allocation is freed) is worked out on the stitched graph."""
+        def joined(column: str) -> np.ndarray:
+            return np.concatenate([getattr(t, column) for t in tables])
+
+        kind, is_view = joined("kind"), joined("is_view")
+        f32_weight, f32_in, f32_out = joined("f32_weight"), joined("f32_read"), joined("f32_written")
+        autocast = _autocast(graph, kind, f32_weight, f32_in, f32_out)
+        f32_saving = {lower: np.concatenate([t.f32_saving[lower] for t in tables]) for lower in tables[0].f32_saving}
+        alloc = np.concatenate([t.alloc_bytes[None] for t in tables])
+        in_place, held = _eager_columns(list(map(attrgetter("attrs"), graph.nodes)))
+        per_operator = {column: joined(column) for column in _PER_OPERATOR}
+        return cls(
+            batch=graph.batch, **per_operator, kind=kind, is_view=is_view, f32_read=f32_in, f32_written=f32_out,
+            autocast=autocast, f32_weight=f32_weight, f32_saving=f32_saving,
+            alloc_bytes=_alloc_bytes(alloc, f32_saving, autocast),
+            free_step=_free_steps(graph, is_view, in_place, held), input_bytes=tables[0].input_bytes,
+            n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
+        )
+
+
+#: The columns of a :class:`NodeTable` that are each operator's own, whatever the graph around it.
+_PER_OPERATOR = ("category", "flops", "other_bytes", "weight_numel", "weight_bytes", "weight_tensor_bytes",
+                 "has_weights", "nchw_transposed_numel", "cuda_core_conv", "serial_iterations", "serial_blocks",
+                 "kernels", "math_fallback", "gemm", "rows", "flops1", "read1", "written1", "out_dims1", "shape_attrs")
+
+
+def _eager_columns(attrs: list[dict[str, object]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each operator's ``eager_inplace_of`` and ``eager_hold`` attributes (0 where it has none), as columns."""
+    return tuple(np.fromiter(map(dict.get, attrs, itertools.repeat(key), itertools.repeat(0)), dtype=np.int64,
+                             count=len(attrs)) for key in (EAGER_INPLACE_OF, EAGER_HOLD))
+
+
+def _alloc_bytes(alloc: np.ndarray, f32_saving: dict[int, np.ndarray], autocast: _Autocast
+                 ) -> dict[int | None, np.ndarray]:
+    """The allocator's bytes of each operator's outputs without autocast (None) and under it, by element size:
+    an output that stays float32 saves nothing."""
+    return {None: alloc} | {lower: alloc - np.where(autocast.stays_f32, 0.0, saving)
+                            for lower, saving in f32_saving.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -390,6 +435,12 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, he
 
 #: Where :func:`node_table` keeps a graph's table on the graph object.
 _TABLE_ATTR = "_dippm_node_table"
+
+
+def keep_table(graph: ModelGraph, table: NodeTable) -> None:
+    """Keep ``table`` on ``graph`` as :func:`node_table` would: a table made another way (:meth:`NodeTable.stitched`)
+    that must equal :meth:`NodeTable.of` the graph."""
+    graph.__dict__[_TABLE_ATTR] = table
 
 
 def node_table(graph: ModelGraph) -> NodeTable:

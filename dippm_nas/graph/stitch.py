@@ -26,7 +26,7 @@ def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
     param_count = param_bytes = 0
     for block in blocks:
         offset = len(nodes)
-        nodes.extend(replace(n, id=n.id + offset) for n in block.nodes)
+        nodes.extend(n.renumbered(n.id + offset) for n in block.nodes)
         edges.extend((s + offset, d + offset) for s, d in block.edges)
         for entry in block.entry_nodes:
             edges.extend((p, entry + offset) for p in previous_outputs)

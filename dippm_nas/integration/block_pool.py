@@ -6,7 +6,8 @@ ahead of a search (``dippm-nas cache warm``). Each worker is a fresh Python (spa
 pools do not survive a fork) that imports PyTorch and TVM once, then exports the blocks it is handed on
 one thread each. The graphs come back serialized, and only the parent writes them into its cache.
 
-Fewer blocks than :data:`POOL_FROM` are exported in the calling process: a worker takes seconds to start.
+Fewer blocks than :data:`POOL_FROM` are exported in the calling process (a worker takes seconds to start),
+and so are all of them where no worker could start (a main script read from standard input).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class BlockPool:
         bar = tqdm(total=len(blocks), desc="exporting new blocks", unit="block", file=sys.stderr,
                    disable=not progress or len(blocks) < PROGRESS_FROM)
         with bar:
-            if len(blocks) < POOL_FROM or self.workers == 1:
+            if len(blocks) < POOL_FROM or self.workers == 1 or not _spawnable():
                 for block in blocks:
                     yield block, _exported_here(block, batch)
                     bar.update()
@@ -124,6 +125,14 @@ class BlockPool:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+
+
+def _spawnable() -> bool:
+    """Whether a spawned worker can start: it imports the main script again, which it cannot where that
+    script is no file (``python - < script.py``). An interactive session, ``python -c`` and a notebook have
+    none to import."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return main_file is None or os.path.isfile(main_file)
 
 
 def _exported_here(block: Block, batch: int) -> ModelGraph | Exception:

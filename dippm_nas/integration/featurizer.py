@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dippm_nas.cache import CacheFault, GraphCache
+from dippm_nas.cost.table import NodeTable, keep_table, node_table
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
 from dippm_nas.graph.stitch import stitch
@@ -81,7 +82,10 @@ class CachedFeaturizer:
         key = self._candidate_key(candidate)
         graph = self.cache.get(key)
         if graph is None:
-            graph = stitch([self.block_graph(b) for b in candidate.blocks], candidate.name)
+            blocks = [self.block_graph(b) for b in candidate.blocks]
+            graph = stitch(blocks, candidate.name)
+            # the operators' table stitched from the blocks' (each read once), not read from the graph again
+            keep_table(graph, NodeTable.stitched([node_table(b) for b in blocks], graph))
             self.cache.put(key, graph)
         return graph
 

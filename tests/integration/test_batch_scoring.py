@@ -4,13 +4,16 @@ kept to itself, and a space's distinct blocks warmed ahead of a search."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import optuna
 import pytest
 
 from dippm_nas.cache import CacheFault, GraphCache
 from dippm_nas.cli import main as cli
+from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.errors import DippmError
 from dippm_nas.integration import HardwareCostModel, HardwareObjective, SearchStopped
 from dippm_nas.integration.block_pool import POOL_FROM
@@ -141,3 +144,25 @@ def test_a_fault_that_keeps_a_generation_from_its_graphs_stops_it_and_leaves_no_
         objective.ask_and_tell(study, 4)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 4
     assert all("cannot be read" in t.user_attrs["fault"] for t in study.trials[:3])
+
+
+def _same(a, b) -> bool:
+    """Equal to the bit, field by field: arrays by dtype, shape and values, dicts by their keys in order."""
+    if dataclasses.is_dataclass(a):
+        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def test_a_candidates_table_stitched_from_its_blocks_equals_the_one_read_from_its_operators(candidates, blocks):
+    """Under fp16 autocast a transformer's float32 layer norm decides what the next block's operators read, so
+    ViT layers check the columns that follow the dataflow across blocks."""
+    vit = get_search_space("vit", fixed={"size": "tiny", "tiny_embed_dim": 192, "tiny_depth": 12})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for cost, population in ((HardwareCostModel(batch=2, cache=blocks), candidates),
+                             (HardwareCostModel(batch=2), [vit.sample(study.ask()) for _ in range(2)])):
+        for graph in cost.graph_many(population):
+            assert _same(node_table(graph), NodeTable.of(graph))
