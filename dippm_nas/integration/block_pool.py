@@ -1,7 +1,7 @@
 """Export many new blocks at once, in worker processes: the cold path of a NAS search.
 
-Exporting one block (``torch.export``, then TVM's Relax import) takes about a fifth of a second on one
-core, and a search meets its new blocks in bursts: the first generations of an evolution, a space warmed
+Exporting one block (``torch.export``, then TVM's Relax import) holds one core for a good part of a
+second, and a search meets its new blocks in bursts: the first generations of an evolution, a space warmed
 ahead of a search (``dippm-nas cache warm``). Each worker is a fresh Python (spawned: PyTorch's thread
 pools do not survive a fork) that imports PyTorch and TVM once, then exports the blocks it is handed on
 one thread each. The graphs come back serialized, and only the parent writes them into its cache.
