@@ -59,7 +59,7 @@ def cmd_cache_warm(args: argparse.Namespace) -> int:
         featurizer = CachedFeaturizer(batch, cache, args.workers)
         start = time.perf_counter()
         missing = featurizer.missing(blocks)
-        failed = featurizer.warm(missing, progress=True)
+        failed = featurizer.export(missing, progress=True)
         featurizer.pool.close()
         print(f"{args.space}, batch {batch}: {len(blocks)} distinct blocks, {len(blocks) - len(missing)} cached "
               f"already, {len(missing) - len(failed)} exported in {time.perf_counter() - start:.0f} s, "

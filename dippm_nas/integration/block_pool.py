@@ -129,8 +129,8 @@ class BlockPool:
 
 def _spawnable() -> bool:
     """Whether a spawned worker can start: it imports the main script again, which it cannot where that
-    script is no file (``python - < script.py``). An interactive session, ``python -c`` and a notebook have
-    none to import."""
+    script is no file (``python - < script.py``). The interactive interpreter, ``python -c`` and a notebook
+    have none to import."""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     return main_file is None or os.path.isfile(main_file)
 

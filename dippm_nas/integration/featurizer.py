@@ -69,8 +69,13 @@ class CachedFeaturizer:
     def warm(self, blocks: Sequence[Block], progress: bool = False) -> dict[str, Exception]:
         """Export the blocks the cache lacks, in the pool's workers where they are many; returns the
         exception of each block that failed, by signature (the others are cached)."""
+        return self.export(self.missing(blocks), progress)
+
+    def export(self, blocks: Sequence[Block], progress: bool = False) -> dict[str, Exception]:
+        """Export ``blocks`` (ones :meth:`missing` found) into the cache, in the pool's workers where they are
+        many; returns the exception of each block that failed, by signature."""
         failed: dict[str, Exception] = {}
-        for block, outcome in self.pool.export(self.missing(blocks), self.batch, progress):
+        for block, outcome in self.pool.export(blocks, self.batch, progress):
             if isinstance(outcome, Exception):
                 failed[block.signature] = outcome
             else:
