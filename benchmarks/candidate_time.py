@@ -29,7 +29,7 @@ from dippm_nas.integration import HardwareCostModel
 #: Each stage of a cold candidate by the function that does it: (file suffix, function name).
 COLD_STAGES = {
     "build the block's module": ("search_spaces/base.py", "build"),
-    "torch.export": ("dippm_nas/frontends/_torch.py", "export"),
+    "torch.export": ("dippm_nas/frontends/_torch.py", "export_args"),
     "export + Relax import": ("dippm_nas/frontends/_torch.py", "torch_to_relax"),
     "Relax -> ModelGraph": ("dippm_nas/graph/from_relax.py", "relax_to_graph"),
     "stitch the blocks": ("dippm_nas/graph/stitch.py", "stitch"),

@@ -1,9 +1,12 @@
 """torch.nn.Module -> Relax, through torch.export and TVM's ExportedProgram importer.
 
 The module is exported as it is, without decomposing it into core ATen, so linear, attention and
-the norms stay one operator each, as PyTorch eager runs them. Only the operators TVM cannot convert
-are decomposed, and an operator that is still unknown after that becomes a generic node carrying
-its output shape, with a warning, rather than a failed conversion.
+the norms stay one operator each, as PyTorch eager runs them; its repeated blocks are exported once
+each (:mod:`~dippm_nas.frontends._repeated`). Only the operators neither TVM nor the operator
+registry knows are decomposed, node by node (:mod:`~dippm_nas.frontends._decompose`); one the
+registry knows (``rms_norm``, which eager runs as one fused kernel) is kept whole with the registry's
+cost rules, and one still unknown after that becomes a generic node carrying its output shape, with
+a warning, rather than a failed conversion.
 
 Parameters are never read: they stay inputs of the Relax function (shape and dtype only), so a
 model built on the ``meta`` device converts without a byte of weights.
@@ -32,7 +35,9 @@ from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from dippm_nas.errors import ExportError, one_line
+from dippm_nas.frontends._decompose import decompose_unknown
 from dippm_nas.frontends._eager_liveness import eager_holds
+from dippm_nas.frontends._repeated import export_spliced, splice
 from dippm_nas.graph import operators
 from dippm_nas.inputs import InputSpec
 from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, generic_call
@@ -82,20 +87,24 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
     dtypes) falls back to a generic node for that node alone, and the failure is noted.
     """
 
-    def convert(self, program: torch.export.ExportedProgram,
+    def convert(self, program: torch.export.ExportedProgram, graph: fx.GraphModule,
                 unknown: dict[str, object], extra: dict[str, object]) -> relax.Function:
+        """``graph`` is ``program``'s graph, or that graph with repeated blocks spliced in (whose
+        parameters are placeholders the program's signature does not list)."""
         self.fallbacks: list[str] = []
+        twins = {op: self.convert_map[_in_place_twin(op)] for op in _in_place_known(self.convert_map, graph)}
+        self.convert_map.update(twins)
         bound = {op: (lambda node, conv=conv: conv(node, self)) for op, conv in extra.items()}
         bound.update({op: (lambda node, conv=_generic_converter(op): conv(node, self)) for op in unknown})
         self.convert_map = {op: self._guarded(op, f) for op, f in {**self.convert_map, **bound}.items()}
-        params, user_inputs, _ = self.create_input_vars(program)
+        params, user_inputs = self._input_vars(program, graph)
         inputs = dict(user_inputs)
         inputs.update(params)
-        nodes = list(program.graph.nodes)
+        nodes = list(graph.graph.nodes)
         self.block_builder = builder = relax.BlockBuilder()
         with builder.function(name="main", params=list(inputs.values()),
                               attrs={"num_input": len(user_inputs)}, pure=False):
-            outputs = self._translate_fx_graph(program.graph_module, nodes, inputs, set())
+            outputs = self._translate_fx_graph(graph, nodes, inputs, set())
             user = self._user_outputs(program, list(outputs))
             builder.emit_func_output(user[0] if len(user) == 1 else relax.Tuple(user))
         mod = builder.get()
@@ -107,6 +116,20 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
         if inplace:
             mod["main"] = mod["main"].with_attr(EAGER_INPLACE_ATTR, inplace)
         return mod
+
+    def _input_vars(self, program: torch.export.ExportedProgram,
+                    graph: fx.GraphModule) -> tuple[dict[str, relax.Var], dict[str, relax.Var]]:
+        """A Relax variable per placeholder, by the shape and dtype export recorded for it: the
+        parameters, buffers and constants, then the user inputs (which the program's signature names)."""
+        kinds = torch.export.graph_signature.InputKind
+        user_names = {s.arg.name for s in program.graph_signature.input_specs if s.kind == kinds.USER_INPUT}
+        params, user = {}, {}
+        for node in graph.graph.find_nodes(op="placeholder"):
+            value = node.meta["val"]
+            var = relax.Var(node.name, relax.TensorType([int(d) for d in value.shape],
+                                                         self._convert_data_type(value.dtype)))
+            (user if node.name in user_names else params)[node.name] = var
+        return params, user
 
     def _held_vars(self, nodes: list[fx.Node], holds: dict[fx.Node, fx.Node]) -> dict[str, str]:
         """The holds by the names of the Relax variables the FX nodes became; a call that ends in an
@@ -159,15 +182,25 @@ def _in_place(node: fx.Node) -> bool:
     return name.endswith("_") and not name.startswith("_")
 
 
+def _in_place_twin(op: str) -> str:
+    """The out-of-place operator of an in-place one (``add.Scalar`` for ``add_.Scalar``), else ''."""
+    name, _, overload = op.partition(".")
+    return f"{name[:-1]}.{overload}" if name.endswith("_") and not name.startswith("_") else ""
+
+
+def _in_place_known(known: dict[str, object], graph: fx.GraphModule) -> set[str]:
+    """The in-place operators of ``graph`` TVM's importer lacks but whose out-of-place twin it converts
+    (``add_.Scalar``, which a decomposition leaves): they convert as the twin, and the eager-liveness
+    pass still reads them as in place."""
+    return {op for op in _unknown_ops(graph, known) if _in_place_twin(op) in known}
+
+
 def _op_name(node: fx.Node) -> str:
     return node.target.__name__  # type: ignore[union-attr]
 
 
-def _unknown_ops(program: torch.export.ExportedProgram, known: dict[str, object]) -> dict[str, object]:
-    return {
-        _op_name(n): n.target for n in program.graph.nodes
-        if n.op == "call_function" and _op_name(n) not in known
-    }
+def _unknown_ops(graph: fx.GraphModule, known: dict[str, object]) -> set[str]:
+    return {_op_name(n) for n in graph.graph.nodes if n.op == "call_function" and _op_name(n) not in known}
 
 
 def example_inputs(inputs: InputSpec, batch: int, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -205,17 +238,20 @@ def _keep_method_frames(module: torch.nn.Module) -> None:
                     register(value)
 
 
-def export(module: torch.nn.Module, inputs: InputSpec, batch: int, name: str) -> torch.export.ExportedProgram:
-    """``torch.export`` of ``module`` in eval mode, non-strict, quiet; raises ExportError with the
-    inputs it was given where tracing fails."""
-    args = example_inputs(inputs, batch, module_device(module))
-    shapes = ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
+def _shapes(inputs: InputSpec, args: tuple[torch.Tensor, ...]) -> str:
+    return ", ".join(f"{s.name}={tuple(a.shape)}:{s.dtype}" for s, a in zip(inputs, args))
+
+
+def export_args(module: torch.nn.Module, args: tuple, kwargs: dict, name: str,
+                shapes: str) -> torch.export.ExportedProgram:
+    """``torch.export`` of ``module`` in eval mode, non-strict, quiet, on ``args`` and ``kwargs``; raises
+    ExportError with ``shapes``, the inputs it was given, where tracing fails."""
     _keep_method_frames(module)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()), _quiet_logging():
             warnings.simplefilter("ignore")
-            return torch.export.export(module.eval(), args, strict=False)
+            return torch.export.export(module.eval(), args, kwargs, strict=False)
     except Exception as exc:  # torch raises many types for a model that rejects its inputs
         raise export_error(exc, name, shapes) from exc
 
@@ -272,22 +308,14 @@ def _recurrent(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 
 
 def _convolution(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
-    """A convolution TVM's importer does not convert (``padding="same"`` gives ``_convolution_mode``),
-    kept whole with the attributes Relax's own convolutions carry: groups (a depthwise convolution
-    must not read as a dense one), strides, dilation and padding (lows, then highs)."""
-    args = node.args
-    stride, padding, dilation = args[3], args[4], args[5]
-    groups = args[6] if _op_name(node) == "_convolution_mode.default" else args[8]
-    kernel = tuple(int(k) for k in args[1].meta["val"].shape[2:])
-    dilation = tuple(int(d) for d in dilation) or (1,) * len(kernel)
-    if isinstance(padding, str):  # "valid" or "same" (odd kernels pad alike on both sides)
-        total = [d * (k - 1) if padding == "same" else 0 for k, d in zip(kernel, dilation)]
-        lows = [t // 2 for t in total]
-        padding = (*lows, *(t - lo for t, lo in zip(total, lows)))
-    else:
-        padding = (*(int(p) for p in padding), *(int(p) for p in padding))
-    attrs = {"strides": tuple(int(v) for v in stride), "dilation": dilation, "padding": padding,
-             "groups": int(groups)}
+    """A convolution TVM's importer does not convert (``padding="same"`` decomposes to one), kept whole
+    with the attributes Relax's own convolutions carry: groups (a depthwise convolution must not read as
+    a dense one), strides, dilation and padding (lows, then highs)."""
+    _, weight, _, stride, padding, dilation, _, _, groups = node.args[:9]
+    kernel = weight.meta["val"].shape[2:]
+    attrs = {"strides": tuple(int(v) for v in stride),
+             "dilation": tuple(int(d) for d in dilation) or (1,) * len(kernel),
+             "padding": (*(int(p) for p in padding), *(int(p) for p in padding)), "groups": int(groups)}
     return _generic_converter(_op_name(node), attrs)(node, importer)
 
 
@@ -303,7 +331,7 @@ def _kept_whole(node: fx.Node, importer: ExportedProgramImporter) -> relax.Var:
 #: operators kept whole (recurrent layers, convolutions it does not convert, hard activations, vector
 #: norms, rolls).
 EXTRA_CONVERTERS = {"_unsafe_view.default": _as_reshape, "lstm.input": _recurrent, "gru.input": _recurrent,
-                    "_convolution_mode.default": _convolution, "convolution.default": _convolution,
+                    "convolution.default": _convolution,
                     **{op: _kept_whole for op in operators.kept_whole_aten()}}
 
 
@@ -324,26 +352,37 @@ def import_advice(exc: BaseException) -> str:
                    if word in text)
 
 
+def _exported(module: torch.nn.Module, args: tuple, name: str,
+              shapes: str) -> tuple[torch.export.ExportedProgram, fx.GraphModule]:
+    """The model's export and its graph: each distinct repeated block exported once and spliced in
+    (:mod:`._repeated`), or the model exported whole where no block repeats or the splice fails."""
+    try:
+        spliced = export_spliced(module, args, lambda m, a, kw: export_args(m, a, kw, name, shapes))
+        if spliced is not None:
+            return spliced.program, splice(spliced)
+    except Exception:  # whatever stops the splice, the whole export answers (or says what is wrong)
+        pass
+    program = export_args(module, args, {}, name, shapes)
+    return program, program.graph_module
+
+
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
                    name: str) -> tuple[object, tuple[str, ...]]:
-    """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings."""
-    program = export(module, inputs, batch, name)
+    """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings.
+    A model whose blocks repeat is exported one distinct block at a time (:mod:`._repeated`)."""
+    args = example_inputs(inputs, batch, module_device(module))
+    program, graph = _exported(module, args, name, _shapes(inputs, args))
     known = {**ExportedProgramImporter().convert_map, **EXTRA_CONVERTERS}
-    unknown = _unknown_ops(program, known)
-    if unknown:
-        table = torch.export.default_decompositions()
-        decompose = {op: table[op] for op in unknown.values() if op in table}
-        if decompose:
-            program = program.run_decompositions(decompose)
-            unknown = _unknown_ops(program, known)
+    decompose_unknown(graph.graph, lambda op: op in known or operators.lookup_aten(op) is not None)
+    unknown = _unknown_ops(graph, known) - _in_place_known(known, graph)
     notes = tuple(
         f"{name}: operator {op} is unknown to TVM's torch frontend; it is kept as a generic node "
         "(its shape is right, its cost is estimated as elementwise work)"
-        for op in sorted(unknown)
+        for op in sorted(unknown) if operators.lookup_aten(op) is None
     )
     importer = _ShapeOnlyImporter()
     try:
-        mod = importer.convert(program, {op: None for op in unknown}, EXTRA_CONVERTERS)
+        mod = importer.convert(program, graph, {op: None for op in unknown}, EXTRA_CONVERTERS)
     except ExportError:
         raise
     except Exception as exc:

@@ -174,15 +174,16 @@ class HardActivationsNormAndRoll(nn.Module):
 
 
 def test_same_padding_convolution_reads_as_the_explicit_one():
-    """``padding="same"`` exports as ``_convolution_mode``, which TVM's importer does not convert: it
-    stays one convolution with its groups, strides, dilation and padding, so a depthwise one (ConvMixer's)
-    costs and reads as a depthwise one, not as a dense convolution with an unknown layout."""
+    """``padding="same"`` exports as ``conv2d.padding``, which TVM's importer does not convert: it is
+    decomposed as eager runs it, into one convolution with its groups, strides, dilation and padding, so a
+    depthwise one (ConvMixer's) costs and reads as a depthwise one, not as a dense convolution with an
+    unknown layout."""
     with torch.device("meta"):
         same = nn.Conv2d(64, 64, 7, padding="same", dilation=2, groups=64, bias=False)
         explicit = nn.Conv2d(64, 64, 7, padding=6, dilation=2, groups=64, bias=False)
     g_same, g_explicit = (build_graph(m, (64, 28, 28), batch=2) for m in (same, explicit))
     (a,), (b,) = g_same.nodes, g_explicit.nodes
-    assert a.attrs["aten"] == "_convolution_mode.default" and a.kind == b.kind == "conv2d"
+    assert a.attrs["aten"] == "convolution.default" and a.kind == b.kind == "conv2d"
     assert a.outputs[0].shape == b.outputs[0].shape and a.flops == b.flops
     assert {k: a.attrs[k] for k in ("groups", "strides", "dilation", "padding")} == {
         "groups": 64, "strides": (1, 1), "dilation": (2, 2), "padding": (6, 6, 6, 6)}
