@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import operator
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from dippm_nas.frontends._fx_surgery import copy_before, meta_like, read_instead, value_key
 
 #: A group of blocks is exported once only where that saves tracing this many operators: each export
 #: of its own costs about as much as tracing fifty operators.
@@ -60,20 +61,6 @@ def _(inputs: list[torch.Tensor], call: int) -> list[torch.Tensor]:
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 
 
-def _value_key(value: object, floats: bool = False) -> object:
-    """A value as far as it can change a graph: a tensor by its shape, strides and dtype; a float only
-    where ``floats`` (a scale or an epsilon is an operand of the same operators, and no cost reads it)."""
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), tuple(value.stride()), str(value.dtype))
-    if isinstance(value, float):
-        return value if floats else float
-    if isinstance(value, bool | int | str | type(None)):
-        return value
-    if isinstance(value, tuple | list):
-        return tuple(_value_key(v, floats) for v in value)
-    return repr(value)
-
-
 def structure_keys(model: torch.nn.Module, floats: bool) -> dict[torch.nn.Module, int]:
     """Per module, a hash of what decides how its forward runs, short of its inputs: its class, every
     attribute of it and of its submodules (floats only where ``floats``), and the shapes and dtypes of
@@ -82,9 +69,9 @@ def structure_keys(model: torch.nn.Module, floats: bool) -> dict[torch.nn.Module
 
     def key(module: torch.nn.Module) -> int:
         if module not in keys:
-            own = sorted((k, _value_key(v, floats)) for k, v in vars(module).items()
+            own = sorted((k, value_key(v, floats)) for k, v in vars(module).items()
                          if k not in _MODULE_INTERNALS and not isinstance(v, torch.nn.Module))
-            tensors = sorted((k, _value_key(t)) for k, t in itertools.chain(
+            tensors = sorted((k, value_key(t)) for k, t in itertools.chain(
                 module.named_parameters(recurse=False), module.named_buffers(recurse=False)))
             children = tuple((name, key(child)) for name, child in module.named_children())
             keys[module] = hash((type(module).__module__, type(module).__qualname__, tuple(own), tuple(tensors),
@@ -120,7 +107,7 @@ class Instance:
 
 
 class _OperatorTrace(TorchDispatchMode):
-    """The ATen operators a forward runs, each by its name and arguments (:func:`_value_key`): their
+    """The ATen operators a forward runs, each by its name and arguments (:func:`~._fx_surgery.value_key`): their
     number is what tracing them costs ``torch.export``, and two calls that ran the same sequence
     export to the same graph."""
 
@@ -132,7 +119,7 @@ class _OperatorTrace(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.recording:
             leaves, spec = pytree.tree_flatten((args, kwargs))
-            self.operators.append(hash((str(func), str(spec), tuple(_value_key(v) for v in leaves))))
+            self.operators.append(hash((str(func), str(spec), tuple(value_key(v) for v in leaves))))
         return func(*args, **(kwargs or {}))
 
     def replay(self, call: _Call) -> object:
@@ -141,14 +128,14 @@ class _OperatorTrace(TorchDispatchMode):
         self.operators.extend(call.sequence)
         self.recording = False
         try:
-            return _fresh(call.output)
+            return meta_like(call.output)
         finally:
             self.recording = True
 
 
 def _signature(args: tuple, kwargs: dict, floats: bool = False) -> tuple:
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    return str(spec), tuple(_value_key(v, floats) for v in leaves)
+    return str(spec), tuple(value_key(v, floats) for v in leaves)
 
 
 def meta_pass(model: torch.nn.Module, args: tuple) -> dict[torch.nn.Module, _Call] | None:
@@ -212,12 +199,13 @@ def repeated_blocks(model: torch.nn.Module, args: tuple) -> list[list[Instance]]
     tensors): each group's blocks alike (:func:`alike_blocks`), no block inside another chosen one,
     blocks of ``MIN_BLOCK_OPERATORS`` or more, each group saving at least ``MIN_SAVED_OPERATORS``
     traced operators, the largest savings first. [] where none qualify or the pass fails."""
-    if not _has_twins(model):
+    loose = structure_keys(model, floats=False)
+    if not _has_twins(model, loose):
         return []
     calls = meta_pass(model, args)
     chosen: list[list[Instance]] = []
     taken: list[str] = []
-    for group in sorted(alike_blocks(model, calls or {}), key=lambda g: -(len(g) - 1) * g[0].operators):
+    for group in sorted(alike_blocks(model, calls or {}, loose), key=lambda g: -(len(g) - 1) * g[0].operators):
         free = [i for i in group if not any(_inside(i.path, t) or _inside(t, i.path) for t in taken)]
         if (len(free) - 1) * group[0].operators >= MIN_SAVED_OPERATORS and group[0].operators >= MIN_BLOCK_OPERATORS:
             chosen.append(free)
@@ -225,11 +213,12 @@ def repeated_blocks(model: torch.nn.Module, args: tuple) -> list[list[Instance]]
     return chosen
 
 
-def alike_blocks(model: torch.nn.Module, calls: dict[torch.nn.Module, _Call]) -> list[list[Instance]]:
+def alike_blocks(model: torch.nn.Module, calls: dict[torch.nn.Module, _Call],
+                 loose: dict[torch.nn.Module, int]) -> list[list[Instance]]:
     """Submodules called once that are alike: the same attributes but floats, the same inputs and the
     same sequence of operators in the meta pass (which is what a float that changes what runs changes);
-    none that returns anything but tensors or holds a parameter another module holds too."""
-    loose = structure_keys(model, floats=False)
+    none that returns anything but tensors or holds a parameter another module holds too. ``loose``
+    is :func:`structure_keys` without floats."""
     shared = _shared_tensors(model)
     groups: dict[tuple, list[Instance]] = {}
     for path, module in model.named_modules():
@@ -243,16 +232,15 @@ def alike_blocks(model: torch.nn.Module, calls: dict[torch.nn.Module, _Call]) ->
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _has_twins(model: torch.nn.Module) -> bool:
+def _has_twins(model: torch.nn.Module, loose: dict[torch.nn.Module, int]) -> bool:
     """Whether two of the model's blocks (modules of ``MIN_TWIN_MODULES`` or more) are alike but for
     floats: without such twins no group can qualify, and the meta pass is skipped."""
-    keys = structure_keys(model, floats=False)
     seen: set[int] = set()
     for module in model.modules():
         if sum(1 for _ in module.modules()) >= MIN_TWIN_MODULES:
-            if keys[module] in seen:
+            if loose[module] in seen:
                 return True
-            seen.add(keys[module])
+            seen.add(loose[module])
     return False
 
 
@@ -348,7 +336,7 @@ def export_spliced(model: torch.nn.Module, args: tuple,
     try:
         for group in groups:
             first = group[0]
-            program = export(first.module, _fresh(first.args), _fresh(first.kwargs))
+            program = export(first.module, meta_like(first.args), meta_like(first.kwargs))
             if any(n.op == "get_attr" for n in program.graph.nodes):
                 continue  # a block holding a submodule of its own export (a higher-order op) is left in
             for instance in group:
@@ -366,18 +354,12 @@ def export_spliced(model: torch.nn.Module, args: tuple,
             parent._modules[name] = module
 
 
-def _fresh(tree: object) -> object:
-    """Meta tensors of the same shapes, strides and dtypes, for a block's own export."""
-    return pytree.tree_map_only(
-        torch.Tensor, lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta"), tree)
-
-
 # -- splicing ---------------------------------------------------------------------------------------
 
 def splice(spliced: SplicedExport) -> fx.GraphModule:
     """The outer export's graph with each stand-in replaced by its block's operators (in place); the
-    parameters of spliced blocks become placeholders of their own. Raises NotSpliceable where a
-    stand-in's output is read other than item by item."""
+    parameters of spliced blocks become placeholders of their own. Raises ValueError where a
+    stand-in's outputs are read whole, not item by item."""
     program = spliced.program
     graph = program.graph_module.graph
     first_op = next(n for n in graph.nodes if n.op != "placeholder")
@@ -410,24 +392,10 @@ def _splice_one(graph: fx.Graph, first_op: fx.Node, standin: fx.Node, block: tor
             new.meta = dict(placeholder.meta)
             env[placeholder] = new
     stack, trace = standin.meta.get("nn_module_stack") or {}, standin.meta.get("stack_trace") or ""
-    outputs: list = []
-    with graph.inserting_before(standin):
-        for node in block.graph.nodes:
-            if node.op == "call_function":
-                new = graph.node_copy(node, lambda n: env[n])
-                new.meta = {**node.meta, **_placed_meta(node.meta, stack, trace, path)}
-                env[node] = new
-            elif node.op == "output":
-                specs = block.graph_signature.output_specs
-                flat = list(node.args[0])
-                outputs = [fx.node.map_arg(v, lambda n: env[n]) for v, s in zip(flat, specs)
-                           if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
-    for item in list(standin.users):
-        if item.target is not operator.getitem:
-            raise NotSpliceable(f"a stand-in's output is read whole by {item}")
-        item.replace_all_uses_with(outputs[item.args[1]])
-        graph.erase_node(item)
-    graph.erase_node(standin)
+    result = copy_before(graph, standin, block.graph, env,
+                         lambda meta: {**meta, **_placed_meta(meta, stack, trace, path)})
+    kinds = [s.kind for s in block.graph_signature.output_specs]
+    read_instead(graph, standin, [v for v, kind in zip(result, kinds) if kind == signature.OutputKind.USER_OUTPUT])
 
 
 #: How ``torch.export`` names a module call in ``nn_module_stack``: this, the module's path, and ``@N``

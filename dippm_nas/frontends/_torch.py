@@ -92,11 +92,10 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
         """``graph`` is ``program``'s graph, or that graph with repeated blocks spliced in (whose
         parameters are placeholders the program's signature does not list)."""
         self.fallbacks: list[str] = []
-        twins = {op: self.convert_map[_in_place_twin(op)] for op in _in_place_known(self.convert_map, graph)}
-        self.convert_map.update(twins)
-        bound = {op: (lambda node, conv=conv: conv(node, self)) for op, conv in extra.items()}
-        bound.update({op: (lambda node, conv=_generic_converter(op): conv(node, self)) for op in unknown})
-        self.convert_map = {op: self._guarded(op, f) for op, f in {**self.convert_map, **bound}.items()}
+        bound = {**self.convert_map, **{op: (lambda node, conv=conv: conv(node, self)) for op, conv in extra.items()}}
+        for op in unknown:  # an in-place operator converts as its out-of-place twin (eager liveness reads it)
+            bound[op] = bound.get(_in_place_twin(op)) or (lambda node, conv=_generic_converter(op): conv(node, self))
+        self.convert_map = {op: self._guarded(op, f) for op, f in bound.items()}
         params, user_inputs = self._input_vars(program, graph)
         inputs = dict(user_inputs)
         inputs.update(params)
@@ -183,16 +182,10 @@ def _in_place(node: fx.Node) -> bool:
 
 
 def _in_place_twin(op: str) -> str:
-    """The out-of-place operator of an in-place one (``add.Scalar`` for ``add_.Scalar``), else ''."""
+    """The out-of-place operator of an in-place one (``add.Scalar`` for ``add_.Scalar``, which a
+    decomposition leaves and TVM's importer lacks), else ''."""
     name, _, overload = op.partition(".")
     return f"{name[:-1]}.{overload}" if name.endswith("_") and not name.startswith("_") else ""
-
-
-def _in_place_known(known: dict[str, object], graph: fx.GraphModule) -> set[str]:
-    """The in-place operators of ``graph`` TVM's importer lacks but whose out-of-place twin it converts
-    (``add_.Scalar``, which a decomposition leaves): they convert as the twin, and the eager-liveness
-    pass still reads them as in place."""
-    return {op for op in _unknown_ops(graph, known) if _in_place_twin(op) in known}
 
 
 def _op_name(node: fx.Node) -> str:
@@ -368,17 +361,19 @@ def _exported(module: torch.nn.Module, args: tuple, name: str,
 
 def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
                    name: str) -> tuple[object, tuple[str, ...]]:
-    """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings.
-    A model whose blocks repeat is exported one distinct block at a time (:mod:`._repeated`)."""
+    """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings."""
     args = example_inputs(inputs, batch, module_device(module))
     program, graph = _exported(module, args, name, _shapes(inputs, args))
     known = {**ExportedProgramImporter().convert_map, **EXTRA_CONVERTERS}
-    decompose_unknown(graph.graph, lambda op: op in known or operators.lookup_aten(op) is not None)
-    unknown = _unknown_ops(graph, known) - _in_place_known(known, graph)
+    def kept(node: fx.Node) -> bool:  # converted by TVM or by us, or a kind of the registry's
+        return _op_name(node) in known or operators.lookup_aten(_op_name(node)) is not None
+
+    decompose_unknown(graph.graph, kept)
+    unknown = _unknown_ops(graph, known)
     notes = tuple(
         f"{name}: operator {op} is unknown to TVM's torch frontend; it is kept as a generic node "
         "(its shape is right, its cost is estimated as elementwise work)"
-        for op in sorted(unknown) if operators.lookup_aten(op) is None
+        for op in sorted(unknown) if operators.lookup_aten(op) is None and _in_place_twin(op) not in known
     )
     importer = _ShapeOnlyImporter()
     try:

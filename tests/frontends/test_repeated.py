@@ -10,7 +10,14 @@ from torch import nn
 
 from dippm_nas import build_graph
 from dippm_nas.frontends import _repeated
-from dippm_nas.frontends._repeated import alike_blocks, export_spliced, meta_pass, repeated_blocks, whole_exports
+from dippm_nas.frontends._repeated import (
+    alike_blocks,
+    export_spliced,
+    meta_pass,
+    repeated_blocks,
+    structure_keys,
+    whole_exports,
+)
 
 
 class Block(nn.Module):
@@ -71,7 +78,8 @@ def test_a_float_that_changes_what_runs_splits_the_group():
 
     model = _meta(Repeats())
     model.blocks = nn.ModuleList([Branchy(32, scale=1.0 / (i + 1)) for i in range(6)]).to("meta")
-    groups = alike_blocks(model, meta_pass(model, (torch.zeros(2, 10, 16, device="meta"),)))
+    groups = alike_blocks(model, meta_pass(model, (torch.zeros(2, 10, 16, device="meta"),)),
+                          structure_keys(model, floats=False))
     blocks = sorted([i.path for i in g] for g in groups if re.fullmatch(r"blocks\.\d", g[0].path))
     assert blocks == [["blocks.0", "blocks.1"], ["blocks.2", "blocks.3", "blocks.4", "blocks.5"]]
 
@@ -100,7 +108,7 @@ def test_meta_pass_follows_a_module_called_on_many_inputs():
     args = (torch.zeros(1, 3, 224, 224, device="meta"),)
     calls = meta_pass(model, args)
     assert calls is not None
-    alike = {g[0].path: len(g) for g in alike_blocks(model, calls)}
+    alike = {g[0].path: len(g) for g in alike_blocks(model, calls, structure_keys(model, floats=False))}
     assert alike["stage2.0.branches.0"] == 3  # the first branch of stages 2, 3 and 4
 
 
