@@ -282,9 +282,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--gpus", default="", help="with --leave-one-gpu-out: only these GPUs, comma-separated")
         t.set_defaults(func=func)
     c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
-                       description="Fit three scales of one GPU and its host (GEMM-class kernels, the other "
-                                   "kernels, the host's time to issue an operator) to measured latencies, print each "
-                                   "row before and after and the leave-one-out error, and write a calibration that "
+                       description="Fit up to three scales of one GPU and its host (GEMM-class kernels, the other "
+                                   "kernels, the host's time to issue an operator) to measured latencies, as many as "
+                                   "the rows can tell apart (they choose by the leave-one-out error), print each row "
+                                   "before and after and the leave-one-out error, and write a calibration that "
                                    "predict, mig and HardwareCostModel take (--calibration). About ten rows spread "
                                    "over batch sizes and models calibrate best.")
     c.add_argument("measurements", metavar="MEASUREMENTS.csv",

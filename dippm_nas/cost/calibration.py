@@ -11,10 +11,14 @@ latencies pin down what the spec sheet cannot say, without a correction per mode
   whose time is the bandwidth they achieve;
 - ``host_scale``: the host's time to issue one eager operator over the default host profile's.
 
+Ten rows rarely pin down all three, so the rows choose how many to free (``fit``: none, one speed of
+all the GPU's kernels, that and the host's, or all three), by how well each choice predicts the rows left
+out of it.
+
 The file is JSON a person can read: the device, precision and mode it holds for, the project version that
-fitted it, the three parameters, every row it came from with the prediction before and after, and the
-leave-one-out error (each row predicted by a fit of the others), which the calibrated predictions cite as
-their latency error.
+fitted it, the three parameters and which of them the rows freed, every row it came from with the
+prediction before and after, and the leave-one-out error (each row predicted by a fit of the others),
+which the calibrated predictions cite as their latency error.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ FORMAT = 1
 PARAMETERS = ("gemm_scale", "memory_scale", "host_scale")
 #: The cost model a calibration adjusts: its per-operator times are what the scales multiply.
 CALIBRATED_MODEL = "operators"
+#: The fit that frees all three scales (a calibration may have chosen fewer: ``Calibration.fit``).
+ALL_SCALES_FIT = "GEMM-class kernels, the other kernels and the host's issue time"
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class Calibration:
     host: str
     format: int = FORMAT
     cost_model: str = CALIBRATED_MODEL
+    #: Which scales the rows chose to free (:data:`dippm_nas.training.calibrate.FITS`); the others stay 1.
+    fit: str = ALL_SCALES_FIT
 
     @property
     def left_out_mape(self) -> float:
@@ -107,9 +115,9 @@ class Calibration:
 
     def note(self) -> str:
         """The line a calibrated prediction carries."""
-        return (f"calibrated on {len(self.rows)} measured rows of {self.device} ({self.source}): GEMM-class kernels "
-                f"x{self.gemm_scale:.3g}, the others x{self.memory_scale:.3g}, the host's issue time "
-                f"x{self.host_scale:.3g}")
+        return (f"calibrated on {len(self.rows)} measured rows of {self.device} ({self.source}), fitted: {self.fit}; "
+                f"GEMM-class kernels x{self.gemm_scale:.3g}, the others x{self.memory_scale:.3g}, the host's issue "
+                f"time x{self.host_scale:.3g}")
 
     def error(self) -> ErrorFigure:
         """The leave-one-out error, as the latency error a calibrated prediction cites."""

@@ -4,11 +4,13 @@ The rows come from a CSV: the harness's own output (``dippm-nas measure``: ``mod
 ``input_shape``, ``batch``, ``precision``, ``status``, ``latency_ms_median``) or a minimal file with
 ``model,batch,latency_ms`` and optionally ``input_size`` and ``precision``. Each row's model is built as
 ``predict`` builds it; the operator model splits its predicted latency into the GEMM-class kernels, the
-others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and the three
-scales that bring the predictions nearest the measurements in log space are searched on a grid that
-narrows around the best point. A pull towards 1 keeps a scale the rows cannot tell (the host's, where no
-row waits on it) where the spec sheet put it; how strong a pull is chosen by the rows themselves: the
-weight of :data:`PRIOR_WEIGHTS` whose fits predict each row left out best.
+others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and the scales
+that bring the predictions nearest the measurements in log space are searched on a grid that narrows
+around the best point. A pull towards 1 keeps a scale the rows cannot tell (the host's, where no row
+waits on it) where the spec sheet put it. Ten rows rarely separate three scales: the rows themselves
+choose, by how well each fit predicts every row left out of it, among the :data:`FITS` (none at all, one
+speed for all the GPU's kernels, that and the host's, or all three) and the weights of the pull
+(:data:`PRIOR_WEIGHTS`), the simplest where they tie.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.calibration import Calibration, CalibrationRow
+from dippm_nas.cost.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow
 from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.training.metrics import mape
@@ -94,23 +96,56 @@ def _harness_row(row: dict[str, str], line: int) -> MeasuredRow:
     return MeasuredRow(model, int(row["batch"]), float(row["latency_ms_median"]), size, row["precision"], line)
 
 
+@dataclass(frozen=True)
+class Fit:
+    """Which scales a calibration frees: ``ties[i]`` is the free parameter scale i (GEMM-class, others,
+    host) follows, or None where it stays 1."""
+
+    name: str
+    ties: tuple[int | None, int | None, int | None]
+
+    @property
+    def free(self) -> int:
+        """How many parameters the fit has."""
+        return len({t for t in self.ties if t is not None})
+
+    def log_scales(self, free: np.ndarray) -> np.ndarray:
+        """The three log-scales of each row of free parameters ``[points, free]``: ``[points, 3]``."""
+        columns = [free[:, t] if t is not None else np.zeros(len(free)) for t in self.ties]
+        return np.stack(columns, axis=1)
+
+
+#: The fits a calibration chooses among, simplest first.
+FITS = (
+    Fit("none (the rows predict best uncalibrated)", (None, None, None)),
+    Fit("one speed of all the GPU's kernels", (0, 0, None)),
+    Fit("one speed of the GPU's kernels and the host's issue time", (0, 0, 1)),
+    Fit(ALL_SCALES_FIT, (0, 1, 2)),
+)
+#: The fit of all three scales.
+ALL_SCALES = FITS[-1]
+
+
 def fit_scales(parts: Sequence[LatencyParts], measured_s: np.ndarray, prior_weight: float, rounds: int = 5,
-               points: int = 9) -> np.ndarray:
-    """The three scales (GEMM-class, others, host) that minimise the mean squared log error of the queued
-    latencies against ``measured_s``, plus ``prior_weight`` times their squared logs."""
+               points: int = 9, fit: Fit = ALL_SCALES) -> np.ndarray:
+    """The three scales (GEMM-class, others, host) that ``fit`` frees and that minimise the mean squared log
+    error of the queued latencies against ``measured_s``, plus ``prior_weight`` times their free parameters'
+    squared logs."""
+    if not fit.free:
+        return np.ones(3)
     limit = math.log(LARGEST_SCALE)
-    best, span = np.zeros(3), limit
+    best, span = np.zeros(fit.free), limit
     for _ in range(rounds):
         axis = np.linspace(-span, span, points)
-        grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1).reshape(-1, 3) + best
-        grid = np.clip(grid, -limit, limit)
-        scales = np.exp(grid)
-        loss = prior_weight * (grid ** 2).sum(axis=1)
+        free = np.stack(np.meshgrid(*[axis] * fit.free, indexing="ij"), axis=-1).reshape(-1, fit.free) + best
+        free = np.clip(free, -limit, limit)
+        scales = np.exp(fit.log_scales(free))
+        loss = prior_weight * (free ** 2).sum(axis=1)
         for part, seconds in zip(parts, measured_s):
             loss += np.log(part.latency_s(scales[:, 0], scales[:, 1], scales[:, 2]) / seconds) ** 2 / len(parts)
-        best = grid[int(np.argmin(loss))]
+        best = free[int(np.argmin(loss))]
         span /= 3
-    return np.exp(best)
+    return np.exp(fit.log_scales(best[None]))[0]
 
 
 def scaled_latency_ms(part: LatencyParts, scales: np.ndarray) -> float:
@@ -118,27 +153,30 @@ def scaled_latency_ms(part: LatencyParts, scales: np.ndarray) -> float:
     return float(part.latency_s(*(np.array([s]) for s in scales))[0] * 1e3)
 
 
-def left_out_ms(parts: Sequence[LatencyParts], measured_s: np.ndarray, prior_weight: float) -> np.ndarray:
+def left_out_ms(parts: Sequence[LatencyParts], measured_s: np.ndarray, prior_weight: float,
+                fit: Fit = ALL_SCALES) -> np.ndarray:
     """Each row's latency (ms) as the fit of all the other rows predicts it."""
     out = np.zeros(len(parts))
     for i in range(len(parts)):
         others = [j for j in range(len(parts)) if j != i]
-        out[i] = scaled_latency_ms(parts[i], fit_scales([parts[j] for j in others], measured_s[others], prior_weight))
+        scales = fit_scales([parts[j] for j in others], measured_s[others], prior_weight, fit=fit)
+        out[i] = scaled_latency_ms(parts[i], scales)
     return out
 
 
-def fit_with_chosen_prior(parts: Sequence[LatencyParts], measured_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The scales fitted with the weight of :data:`PRIOR_WEIGHTS` whose leave-one-out predictions err least,
-    and those predictions (ms). The error they give is the chosen weight's: a little optimistic, as the
-    weight was chosen on it among four."""
+def fit_chosen(parts: Sequence[LatencyParts], measured_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, Fit]:
+    """The scales of the fit of :data:`FITS`, with the weight of :data:`PRIOR_WEIGHTS`, whose leave-one-out
+    predictions err least (the simpler where two tie), those predictions (ms) and the fit. The error they
+    give is the chosen fit's: a little optimistic, as it was chosen on it."""
     best = None
-    for weight in PRIOR_WEIGHTS:
-        predicted = left_out_ms(parts, measured_s, weight)
-        error = mape(predicted, measured_s * 1e3)
-        if best is None or error < best[0]:
-            best = (error, weight, predicted)
-    _, weight, predicted = best
-    return fit_scales(parts, measured_s, weight), predicted
+    for fit in FITS:
+        for weight in PRIOR_WEIGHTS if fit.free else PRIOR_WEIGHTS[:1]:
+            predicted = left_out_ms(parts, measured_s, weight, fit)
+            error = mape(predicted, measured_s * 1e3)
+            if best is None or error < best[0]:
+                best = (error, weight, fit, predicted)
+    _, weight, fit, predicted = best
+    return fit_scales(parts, measured_s, weight, fit=fit), predicted, fit
 
 
 def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: str, source: str,
@@ -173,13 +211,13 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
         raise DippmError(f"{len(used)} usable rows at {precision} in {source}: a calibration needs {MIN_ROWS} or "
                          "more (about ten, spread over batch sizes and models, calibrate best).")
     measured = np.array([r.latency_ms for r in used]) * 1e-3
-    scales, left_out = fit_with_chosen_prior(parts, measured)
+    scales, left_out, fit = fit_chosen(parts, measured)
     out = [CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, scaled_latency_ms(part, np.ones(3)),
                           scaled_latency_ms(part, scales), float(predicted))
            for row, part, predicted in zip(used, parts, left_out)]
     return Calibration(device=gpu.key, precision=precision, mode=mode, gemm_scale=round(float(scales[0]), 4),
                        memory_scale=round(float(scales[1]), 4), host_scale=round(float(scales[2]), 4),
-                       rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST)
+                       rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST, fit=fit.name)
 
 
 def _graph_of(row: MeasuredRow):
@@ -205,6 +243,6 @@ def report(calibration: Calibration) -> str:
 
     lines.append(f"MAPE on these {len(calibration.rows)} rows: {mape_of('before_ms'):.1%} uncalibrated, "
                  f"{mape_of('after_ms'):.1%} calibrated; each row left out of its fit: {calibration.left_out_mape:.1%}")
-    lines.append(f"scales: GEMM-class kernels x{calibration.gemm_scale:.3g}, the others x{calibration.memory_scale:.3g}"
-                 f", the host's issue time x{calibration.host_scale:.3g}")
+    lines.append(f"fitted: {calibration.fit}; scales: GEMM-class kernels x{calibration.gemm_scale:.3g}, the others "
+                 f"x{calibration.memory_scale:.3g}, the host's issue time x{calibration.host_scale:.3g}")
     return "\n".join(lines)

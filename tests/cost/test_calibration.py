@@ -132,3 +132,23 @@ def test_the_quick_manifest_spreads_ten_configurations_over_batch_and_operator_m
         assert all(timm.is_model(c.model) for c in mine) and len({c.family for c in mine}) >= 5
     assert main(["measure", "--quick", "--manifest", "m.csv", "--out", "x.csv"]) == 2
     assert "give --manifest, or --quick" in capsys.readouterr().err
+
+
+def test_the_rows_choose_how_many_scales_they_can_tell():
+    """Rows the operator model already predicts keep every scale at 1; rows of a GPU whose kernels all run
+    twice as long as the model's free the GPU's speed, and the calibrated predictions meet them."""
+    import numpy as np
+
+    from dippm_nas.cost.operator_cost import LatencyParts
+    from dippm_nas.training.calibrate import FITS, fit_chosen, scaled_latency_ms
+
+    rng = np.random.default_rng(0)
+    parts = [LatencyParts(rng.uniform(0, 1e-3, 40) * share, rng.uniform(0, 1e-3, 40) * (1 - share),
+                          np.full(40, 1e-6)) for share in np.linspace(0.1, 0.9, 10)]
+    uncalibrated = np.array([scaled_latency_ms(p, np.ones(3)) for p in parts]) * 1e-3
+    scales, _, fit = fit_chosen(parts, uncalibrated)
+    assert fit == FITS[0] and list(scales) == [1, 1, 1]
+    twice = np.array([scaled_latency_ms(p, np.array([2.0, 2.0, 1.0])) for p in parts]) * 1e-3
+    scales, left_out, fit = fit_chosen(parts, twice)
+    assert fit.free >= 1 and np.allclose(left_out * 1e-3, twice, rtol=0.02)
+    assert np.allclose([scaled_latency_ms(p, scales) * 1e-3 for p in parts], twice, rtol=0.02)
