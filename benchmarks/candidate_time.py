@@ -7,7 +7,9 @@ allocator's replay inside the prediction), so each is given on its own.
   module, torch.export and the Relax import (TVM), reading the Relax module into a ModelGraph, stitching
   blocks, the cache, and the prediction;
 - ``--warm``: every block cached, no candidate's graph: stitching the graph and the operators' table, the roofline, the
-  caching allocator's replay, the learned network, and the prediction as a whole.
+  caching allocator's replay, the learned network, and the prediction as a whole; then, without the profiler,
+  the learned network's graph convolutions run one candidate at a time and in one pass over all the
+  candidates' graphs (their adjacency one block-diagonal matrix), checked equal to the last bit.
 
     python benchmarks/candidate_time.py            # 20 cold candidates, seed 0, a100-40gb, batch 8
     python benchmarks/candidate_time.py --warm --n 200
@@ -86,7 +88,53 @@ def main() -> int:
     if not args.warm:
         relax = seconds["export + Relax import"] - seconds["torch.export"]
         print(f"{'of which Relax import':<26} {'':>6} {relax / args.n * 1e3:>15.1f} {relax / wall:>6.0%}")
+    else:
+        print(network_passes(cost.graph_many(candidates)))
     return 0
+
+
+def network_passes(graphs) -> str:
+    """The learned network's graph convolutions over ``graphs`` one at a time and in one pass over them all
+    (block-diagonal adjacency), in ms a candidate, and whether every operator's output is the same."""
+    import torch
+
+    from dippm_nas.cost.base import get_cost_model
+    from dippm_nas.cost.features import adjacency, dense_node_features, one_hot_columns
+    from dippm_nas.cost.table import node_table
+    from dippm_nas.cost.threads import one_thread
+
+    network = get_cost_model("pmgns").fused
+    inputs = []
+    for graph in graphs:
+        table = node_table(graph)
+        one_hot = tuple(torch.from_numpy(c) for c in one_hot_columns(table))
+        inputs.append((one_hot, torch.from_numpy(dense_node_features(table)), adjacency(graph)))
+    rows, columns, offset = [torch.zeros(1, dtype=torch.long)], [], 0
+    for *_, adj in inputs:
+        rows.append(adj.crow_indices()[1:] + rows[-1][-1])
+        columns.append(adj.col_indices() + offset)
+        offset += adj.shape[0]
+    producers = torch.cat(columns)
+    together = torch.sparse_csr_tensor(torch.cat(rows), producers, torch.ones(len(producers)), size=(offset, offset))
+    one_hot = tuple(torch.cat([i[0][column] for i in inputs]) for column in range(2))
+    dense = torch.cat([i[1] for i in inputs])
+    with torch.inference_mode():
+        with one_thread():  # as a prediction runs it
+            start = time.perf_counter()
+            alone = [network(*i) for i in inputs]
+            one_at_a_time = time.perf_counter() - start
+            start = time.perf_counter()
+            joined = network(one_hot, dense, together)
+            one_pass = time.perf_counter() - start
+        start = time.perf_counter()
+        network(one_hot, dense, together)
+        one_pass_threads = time.perf_counter() - start
+    equal = torch.equal(torch.cat(alone), joined)
+    n = len(graphs)
+    return (f"learned network's convolutions, without the profiler, on one thread: {one_at_a_time / n * 1e3:.2f} ms a "
+            f"candidate one at a time, {one_pass / n * 1e3:.2f} ms in one pass over all {n} ({offset} operators; "
+            f"{one_pass_threads / n * 1e3:.2f} ms on {torch.get_num_threads()} threads); "
+            f"equal: {'yes' if equal else 'NO'}")
 
 
 if __name__ == "__main__":
