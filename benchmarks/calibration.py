@@ -5,8 +5,10 @@ For each GPU, the operator model is trained without that GPU (neither its operat
 ten of the GPU's records at one precision are drawn at random, ``dippm-nas calibrate``'s fit is run on them,
 and the latency MAPE on the GPU's other records at that precision is printed before and after, beside the
 calibration's own leave-one-out error, and the floor of the design: the three scales fitted on all the
-GPU's records at that precision. The held-out operator models are kept under
-``$DIPPM_NAS_CACHE_DIR/held-out`` (trained in a few minutes each when missing).
+GPU's records at that precision. The energy MAPE on the same records follows, before and after (the
+calibration's fitted idle and busy power on its calibrated latencies; every record measured energy). The
+held-out operator models are kept under ``$DIPPM_NAS_CACHE_DIR/held-out`` (trained in a few minutes each
+when missing).
 
     python benchmarks/calibration.py                       # h200 and h100-sxm, fp32 and fp16, seeds 0-4
     python benchmarks/calibration.py --gpus h200 --seeds 1
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dippm_nas._cache_location import cache_dir
+from dippm_nas.cost.analytical import energy_j, spec_powers
 from dippm_nas.cost.operator_cost import OperatorCostModel
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
@@ -60,7 +63,8 @@ def main() -> int:
     graphs = load_graphs({r.graph_key for r in records})
 
     print(f"{'GPU':<10} {'precision':<9} {'records':>7} {'seed':>4} {'uncalibrated':>12} {'calibrated':>10} "
-          f"{'calibration LOO':>15}  scales (GEMM-class, others, host)")
+          f"{'calibration LOO':>15}  {'energy: uncalibrated':>20} {'calibrated':>10}  scales (GEMM-class, others, "
+          "host); power (idle, busy W)")
     for gpu in args.gpus.split(","):
         model = held_out_model(gpu, folder)
         device = get_device(gpu)
@@ -72,7 +76,11 @@ def main() -> int:
             parts = {id(r): model.latency_parts(scale_batch(graphs[r.graph_key], r.batch), device, precision)
                      for r in mine}
             uncalibrated = np.array([scaled_latency_ms(parts[id(r)], np.ones(3)) for r in mine])
-            calibrated_errors = []
+            spec = spec_powers(device)
+            joules = np.array([r.energy_j or np.nan for r in mine])
+            uncalibrated_j = np.array([energy_j(ms * 1e-3, parts[id(r)].busy_s, *spec)
+                                       for ms, r in zip(uncalibrated, mine)])
+            calibrated_errors, calibrated_energy = [], []
             for seed in range(args.seeds):
                 chosen = set(random.Random(seed).sample(range(len(mine)), args.rows))
                 fit_on = [mine[i] for i in sorted(chosen)]
@@ -84,22 +92,30 @@ def main() -> int:
                 measured = np.array([mine[i].latency_ms for i in rest])
                 before = mape(uncalibrated[rest], measured)
                 calibrated_errors.append(mape(after, measured))
+                powers = calibration.powers(device) or spec
+                after_j = np.array([energy_j(ms * 1e-3, parts[id(mine[i])].busy_s, *powers)
+                                    for ms, i in zip(after, rest)])
+                calibrated_energy.append(mape(after_j, joules[rest]))
                 print(f"{gpu:<10} {precision:<9} {len(rest):>7} {seed:>4} {before:>12.1%} "
                       f"{calibrated_errors[-1]:>10.1%} {calibration.left_out_mape:>15.1%}  "
-                      f"{calibration.gemm_scale:.3g}, {calibration.memory_scale:.3g}, {calibration.host_scale:.3g}",
-                      flush=True)
+                      f"{mape(uncalibrated_j[rest], joules[rest]):>20.1%} {calibrated_energy[-1]:>10.1%}  "
+                      f"{calibration.gemm_scale:.3g}, {calibration.memory_scale:.3g}, {calibration.host_scale:.3g}; "
+                      f"{powers[0]:.0f}, {powers[1]:.0f}", flush=True)
             measured_all = np.array([r.latency_ms for r in mine])
             every = fit_scales([parts[id(r)] for r in mine], measured_all * 1e-3, PRIOR_WEIGHTS[0])
             floor = mape(np.array([scaled_latency_ms(parts[id(r)], every) for r in mine]), measured_all)
             print(f"{gpu:<10} {precision:<9} mean over {args.seeds} seeds: uncalibrated "
                   f"{mape(uncalibrated, measured_all):.1%} on all {len(mine)} records, calibrated "
                   f"{statistics.mean(calibrated_errors):.1%} on the records each calibration left out; fitted on all "
-                  f"{len(mine)}: {floor:.1%} (scales {every[0]:.3g}, {every[1]:.3g}, {every[2]:.3g})", flush=True)
+                  f"{len(mine)}: {floor:.1%} (scales {every[0]:.3g}, {every[1]:.3g}, {every[2]:.3g}); energy: "
+                  f"uncalibrated {mape(uncalibrated_j, joules):.1%}, calibrated "
+                  f"{statistics.mean(calibrated_energy):.1%}", flush=True)
     return 0
 
 
 def _row(record: Record) -> MeasuredRow:
-    return MeasuredRow(record.model, record.batch, record.latency_ms, record.image_size, record.precision)
+    return MeasuredRow(record.model, record.batch, record.latency_ms, record.image_size, record.precision,
+                       energy_j=record.energy_j)
 
 
 def _graph_of(records: list[Record], graphs: dict):

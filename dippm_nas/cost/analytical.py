@@ -105,6 +105,22 @@ CUBLAS_WORKSPACE_MIB = 32.0
 #: the latency, by solving measured power = idle + (TDP - idle) x the roofline's busy share.
 IDLE_POWER_FRACTION = 0.18
 
+def spec_powers(device: Device) -> tuple[float, float]:
+    """The watts ``device`` draws while it waits (:data:`IDLE_POWER_FRACTION` of its TDP) and while its
+    bounding unit works (its TDP), as its spec sheet gives them; a calibration may fit both to measured energy."""
+    return IDLE_POWER_FRACTION * device.tdp_w, device.tdp_w
+
+
+def energy_j(latency_s: float, busy_s: float, idle_w: float, busy_w: float) -> float:
+    """Joules of one inference: the idle power over the whole latency (the GPU idles while it waits on the
+    host) and what the busy power adds over the roofline's busy seconds.
+
+    >>> energy_j(0.010, 0.004, 100.0, 400.0)
+    2.2
+    """
+    return latency_s * idle_w + busy_s * (busy_w - idle_w)
+
+
 def version_numbers(version: str) -> tuple[int, ...]:
     """The numbers of a version string, without its local part.
 
@@ -387,9 +403,8 @@ class AnalyticalCostModel:
                   graph: ModelGraph | None = None, release: tuple[int, int] | None = None,
                   host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory from a roofline; the per-operator costs when ``graph`` is given."""
-        idle_w = IDLE_POWER_FRACTION * device.tdp_w
-        latency_s = roofline.latency_s  # the GPU idles while it waits on the host
-        energy = latency_s * idle_w + float(roofline.busy_s.sum()) * (device.tdp_w - idle_w)
+        latency_s = roofline.latency_s
+        energy = energy_j(latency_s, float(roofline.busy_s.sum()), *spec_powers(device))
         memory = self.memory(table, precision, release)
         nodes: tuple[NodeCost, ...] = ()
         notes: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""A calibration: three physical parameters of one GPU and its host, fitted to a user's own measurements.
+"""A calibration: physical parameters of one GPU and its host, fitted to a user's own measurements.
 
 A prediction on a GPU nobody measured is as good as its spec sheet and the operator model's transfer; at
 small batches eager PyTorch also waits on the host's CPU, which is the user's, not ours. A few measured
@@ -9,16 +9,20 @@ latencies pin down what the spec sheet cannot say, without a correction per mode
   sustained clock), above 1 less (a power limit the spec sheet hides);
 - ``memory_scale``: the same for the other kernels (elementwise, normalisation, reductions, pooling),
   whose time is the bandwidth they achieve;
-- ``host_scale``: the host's time to issue one eager operator over the default host profile's.
+- ``host_scale``: the host's time to issue one eager operator over the default host profile's;
+- ``idle_w`` and ``busy_w``, where the rows measured energy: the watts the GPU draws while it waits and
+  per second of the roofline's busy time (:func:`~dippm_nas.cost.analytical.energy_j`), in place of the
+  spec sheet's share of its TDP and its TDP. The busy power may exceed the TDP: a GPU that sustains less
+  than its peak works longer than the roofline's busy seconds.
 
 Ten rows rarely pin down all three, so the rows choose how many to free (``fit``: none, one speed of
 all the GPU's kernels, that and the host's, or all three), by how well each choice predicts the rows left
 out of it.
 
 The file is JSON a person can read: the device, precision and mode it holds for, the project version that
-fitted it, the three parameters and which of them the rows freed, every row it came from with the
-prediction before and after, and the leave-one-out error (each row predicted by a fit of the others),
-which the calibrated predictions cite as their latency error.
+fitted it, the three scales and which of them the rows freed, the powers, every row it came from with the
+prediction before and after, and the leave-one-out errors (each row predicted by a fit of the others),
+which the calibrated predictions cite as their latency and energy errors.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 from dippm_nas.cost.error_table import ErrorFigure
 from dippm_nas.cost.host import HostProfile
 from dippm_nas.errors import DippmError
+from dippm_nas.hardware.registry import Device
 
 #: The format of a calibration file; a file of another format is refused with what to do.
 FORMAT = 1
@@ -56,6 +61,11 @@ class CalibrationRow:
     before_ms: float
     after_ms: float
     left_out_ms: float
+    #: The row's measured energy (J) and the predictions of it, where the row measured one.
+    energy_j: float | None = None
+    energy_before_j: float | None = None
+    energy_after_j: float | None = None
+    energy_left_out_j: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,9 @@ class Calibration:
     cost_model: str = CALIBRATED_MODEL
     #: Which scales the rows chose to free (:data:`dippm_nas.training.calibrate.FITS`); the others stay 1.
     fit: str = ALL_SCALES_FIT
+    #: The whole GPU's idle and busy watts fitted to the rows' energy; None: the spec sheet's.
+    idle_w: float | None = None
+    busy_w: float | None = None
 
     @property
     def left_out_mape(self) -> float:
@@ -90,6 +103,26 @@ class Calibration:
 
     def _left_out_errors(self) -> np.ndarray:
         return np.array([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows])
+
+    @property
+    def energy_left_out_mape(self) -> float | None:
+        """The MAPE of each energy row predicted by the power fit of the others; None without fitted powers."""
+        if self.idle_w is None:
+            return None
+        return float(np.mean([abs(r.energy_left_out_j / r.energy_j - 1) for r in self.energy_rows]))
+
+    @property
+    def energy_rows(self) -> tuple[CalibrationRow, ...]:
+        """The rows that measured energy."""
+        return tuple(r for r in self.rows if r.energy_j is not None)
+
+    def powers(self, device: Device) -> tuple[float, float] | None:
+        """The fitted idle and busy watts on ``device`` (a MIG slice draws its share of the whole GPU's, as
+        its TDP does), or None where the rows measured too little energy to fit them."""
+        if self.idle_w is None or self.busy_w is None:
+            return None
+        share = device.tdp_w / device.whole_gpu().tdp_w
+        return self.idle_w * share, self.busy_w * share
 
     def check_for(self, device: str, precision: str, mode: str) -> None:
         """Refuse, in one line, a prediction this calibration does not hold for."""
@@ -115,21 +148,26 @@ class Calibration:
 
     def note(self) -> str:
         """The line a calibrated prediction carries."""
+        energy = (f"; energy from {len(self.energy_rows)} of them: {self.idle_w:.0f} W idle, {self.busy_w:.0f} W "
+                  "per second of the roofline's busy time") if self.idle_w is not None else ""
         return (f"calibrated on {len(self.rows)} measured rows of {self.device} ({self.source}), fitted: {self.fit}; "
                 f"GEMM-class kernels x{self.gemm_scale:.3g}, the others x{self.memory_scale:.3g}, the host's issue "
-                f"time x{self.host_scale:.3g}")
+                f"time x{self.host_scale:.3g}{energy}")
 
     def error(self) -> ErrorFigure:
         """The leave-one-out error, as the latency error a calibrated prediction cites."""
         batches = [r.batch for r in self.rows]
         return ErrorFigure(cost_model=self.cost_model, mape=self.left_out_mape, median_ape=self.left_out_median,
                            records=len(self.rows), group="calibration", devices=(self.device,),
-                           precisions=(self.precision,), batch_min=min(batches), batch_max=max(batches))
+                           precisions=(self.precision,), batch_min=min(batches), batch_max=max(batches),
+                           energy_mape=self.energy_left_out_mape, target_records=len(self.energy_rows))
 
     def to_json(self) -> str:
         """The file's text: every field, the rows, and the leave-one-out error for a person to read."""
         data = asdict(self)
         data["left_out_mape"] = round(self.left_out_mape, 4)
+        if self.energy_left_out_mape is not None:
+            data["energy_left_out_mape"] = round(self.energy_left_out_mape, 4)
         return json.dumps(data, indent=2) + "\n"
 
     def save(self, path: str | Path) -> None:
@@ -150,6 +188,7 @@ def load_calibration(path: str | Path) -> Calibration:
                              f"{FORMAT}: calibrate again with `dippm-nas calibrate`.")
         rows = tuple(CalibrationRow(**row) for row in data.pop("rows"))
         data.pop("left_out_mape", None)
+        data.pop("energy_left_out_mape", None)
         calibration = Calibration(rows=rows, **data)
     except DippmError:
         raise
@@ -157,6 +196,8 @@ def load_calibration(path: str | Path) -> Calibration:
         raise DippmError(f"{path} is not a calibration file of dippm-nas ({type(exc).__name__}: {exc}); write one "
                          "with `dippm-nas calibrate`.") from None
     scales = [getattr(calibration, name) for name in PARAMETERS]
+    scales += [w for w in (calibration.idle_w, calibration.busy_w) if w is not None]
     if not rows or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in scales):
-        raise DippmError(f"{path} holds no rows or a scale that is not a finite number above 0: calibrate again.")
+        raise DippmError(f"{path} holds no rows or a scale or power that is not a finite number above 0: calibrate "
+                         "again.")
     return calibration

@@ -134,7 +134,8 @@ class ErrorFigure:
         extra = [f"{label} {v:.1%}" for label, v in (("memory", self.memory_mape), ("energy", self.energy_mape))
                  if v is not None]
         if extra:
-            line += f"; {' and '.join(extra)} MAPE on the {self.target_records} test records that measured them"
+            measured = "rows" if self.group == "calibration" else "test records"
+            line += f"; {' and '.join(extra)} MAPE on the {self.target_records} {measured} that measured them"
         return line
 
     def to_dict(self) -> dict[str, object]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel, Roofline
+from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel, Roofline, energy_j
 from dippm_nas.cost.base import Estimate, NotCovered
 from dippm_nas.cost.calibration import Calibration
 from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
@@ -48,6 +48,7 @@ class LatencyParts:
     gemm_s: np.ndarray
     other_s: np.ndarray
     host_s: np.ndarray
+    busy_s: float = 0.0  # the roofline's busy seconds, which the energy reads (:func:`~.analytical.energy_j`)
 
     def latency_s(self, gemm_scale: np.ndarray, memory_scale: np.ndarray, host_scale: np.ndarray) -> np.ndarray:
         """The queued latency (:func:`~dippm_nas.cost.analytical.queued_latency`) for each set of scales:
@@ -152,7 +153,8 @@ class OperatorCostModel:
         table = node_table(graph)
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
         seconds, gemm_class = self.timed_operators(table, roofline, device, precision)
-        return LatencyParts(np.where(gemm_class, seconds, 0.0), np.where(gemm_class, 0.0, seconds), roofline.host_s)
+        return LatencyParts(np.where(gemm_class, seconds, 0.0), np.where(gemm_class, 0.0, seconds), roofline.host_s,
+                            float(roofline.busy_s.sum()))
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None,
@@ -174,6 +176,9 @@ class OperatorCostModel:
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
         timed = replace(roofline, time_s=self.operator_seconds(table, roofline, device, precision, calibration))
         estimate = self.analytical.summarize(table, timed, device, precision, graph, host=host)
+        powers = calibration.powers(device) if calibration else None
+        if powers:
+            estimate = replace(estimate, energy_j=energy_j(timed.latency_s, float(timed.busy_s.sum()), *powers))
         notes = estimate.notes + self._notes(device, precision) + ((calibration.note(),) if calibration else ())
         estimate = replace(estimate, cost_model=self.name, notes=notes)
         if estimate.latency_ms <= 0:

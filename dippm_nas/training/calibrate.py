@@ -1,16 +1,20 @@
-"""Fit a calibration (:mod:`dippm_nas.cost.calibration`) to a few of a user's own measured latencies.
+"""Fit a calibration (:mod:`dippm_nas.cost.calibration`) to a few of a user's own measurements.
 
 The rows come from a CSV: the harness's own output (``dippm-nas measure``: ``model``, ``source``,
 ``input_shape``, ``batch``, ``precision``, ``status``, ``latency_ms_median``) or a minimal file with
-``model,batch,latency_ms`` and optionally ``input_size`` and ``precision``. Each row's model is built as
-``predict`` builds it; the operator model splits its predicted latency into the GEMM-class kernels, the
-others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and the scales
-that bring the predictions nearest the measurements in log space are searched on a grid that narrows
-around the best point. A pull towards 1 keeps a scale the rows cannot tell (the host's, where no row
+``model,batch,latency_ms`` and optionally ``input_size``, ``precision`` and ``energy_j``. Each row's model
+is built as ``predict`` builds it; the operator model splits its predicted latency into the GEMM-class
+kernels, the others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and
+the scales that bring the predictions nearest the measurements in log space are searched on a grid that
+narrows around the best point. A pull towards 1 keeps a scale the rows cannot tell (the host's, where no row
 waits on it) where the spec sheet put it. Ten rows rarely separate three scales: the rows themselves
 choose, by how well each fit predicts every row left out of it, among the :data:`FITS` (none at all, one
 speed for all the GPU's kernels, that and the host's, or all three) and the weights of the pull
 (:data:`PRIOR_WEIGHTS`), the simplest where they tie.
+
+Rows that measured energy (the harness's ``energy_j``, or an ``energy_j`` column of the minimal file) fit
+the GPU's idle and busy power the same way: the rows choose, by the leave-one-out error, among the spec
+sheet's powers, one factor on both, and the two apart (:data:`POWER_FITS`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dippm_nas.cost.analytical import energy_j, spec_powers
 from dippm_nas.cost.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow
 from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
 from dippm_nas.errors import DippmError, one_line
@@ -40,7 +45,7 @@ MINIMAL_COLUMNS = ("model", "batch", "latency_ms")
 
 @dataclass(frozen=True)
 class MeasuredRow:
-    """One measured latency of a model at a batch (and input size, and precision where the file says)."""
+    """One measured latency of a model at a batch (and input size, precision and energy where the file says)."""
 
     model: str
     batch: int
@@ -48,6 +53,7 @@ class MeasuredRow:
     input_size: int | None = None
     precision: str | None = None
     line: int = 0
+    energy_j: float | None = None  # of one inference of the whole batch
 
     @property
     def label(self) -> str:
@@ -69,7 +75,8 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
         harness = {"latency_ms_median", "input_shape", "status"} <= columns
         if not harness and not set(MINIMAL_COLUMNS) <= columns:
             raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
-                             f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally input_size,precision).")
+                             f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
+                             "input_size,precision,energy_j).")
         rows = []
         for line, row in enumerate(reader, start=2):
             if harness and row["status"] != "ok":
@@ -87,13 +94,29 @@ def _minimal_row(row: dict[str, str], line: int) -> MeasuredRow:
         raise ValueError(f"latency_ms {row['latency_ms']!r} is not a time above 0")
     size = (row.get("input_size") or "").strip()
     return MeasuredRow(row["model"].strip(), int(row["batch"]), latency, int(size) if size else None,
-                       (row.get("precision") or "").strip() or None, line)
+                       (row.get("precision") or "").strip() or None, line, _energy(row))
 
 
 def _harness_row(row: dict[str, str], line: int) -> MeasuredRow:
     size = int(row["input_shape"].split("x")[-1])
     model = row["model"] if row.get("source", "timm") == "timm" else f"{row['source']}:{row['model']}"
-    return MeasuredRow(model, int(row["batch"]), float(row["latency_ms_median"]), size, row["precision"], line)
+    return MeasuredRow(model, int(row["batch"]), float(row["latency_ms_median"]), size, row["precision"], line,
+                       _energy(row, strict=False))
+
+
+def _energy(row: dict[str, str], strict: bool = True) -> float | None:
+    """The row's ``energy_j``, None where it has none. A value that is no energy above 0 raises ValueError
+    where the user wrote it (``strict``); in the harness's rows it is an energy counter that did not tick in
+    a short window, and the row counts as one without energy."""
+    text = (row.get("energy_j") or "").strip()
+    if not text:
+        return None
+    energy = float(text)
+    if math.isfinite(energy) and energy > 0:
+        return energy
+    if strict:
+        raise ValueError(f"energy_j {text!r} is not an energy above 0")
+    return None
 
 
 @dataclass(frozen=True)
@@ -179,6 +202,49 @@ def fit_chosen(parts: Sequence[LatencyParts], measured_s: np.ndarray) -> tuple[n
     return fit_scales(parts, measured_s, weight, fit=fit), predicted, fit
 
 
+#: The power fits a calibration chooses among, simplest first: the spec sheet's idle and busy watts, one
+#: factor on both, and the two apart.
+POWER_FITS = ("spec sheet", "one factor", "idle and busy apart")
+
+
+def fit_power(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spec: tuple[float, float],
+              fit: str) -> tuple[float, float] | None:
+    """The idle and busy watts of ``fit`` whose energies (:func:`~dippm_nas.cost.analytical.energy_j`) have
+    the least squared relative error against ``energy``; None where the fit gives no power above 0 (or an idle
+    power above the busy one)."""
+    if fit == POWER_FITS[0]:
+        return spec
+    if fit == POWER_FITS[1]:
+        ratio = energy_j(latency_s, busy_s, *spec) / energy
+        factor = float(ratio.sum() / (ratio ** 2).sum())
+        return spec[0] * factor, spec[1] * factor
+    # energy = idle * (latency - busy) + busy_w * busy, each row divided by its energy
+    columns = np.stack([latency_s - busy_s, busy_s], axis=1) / energy[:, None]
+    idle, busy = np.linalg.lstsq(columns, np.ones(len(energy)), rcond=None)[0]
+    return (float(idle), float(busy)) if 0 < idle < busy else None
+
+
+def fit_powers(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spec: tuple[float, float]
+               ) -> tuple[tuple[float, float] | None, np.ndarray]:
+    """The idle and busy watts of the fit of :data:`POWER_FITS` whose leave-one-out energies err least (None
+    where that is the spec sheet's), and those energies (J)."""
+    best = None
+    for fit in POWER_FITS:
+        left_out = np.zeros(len(energy))
+        for i in range(len(energy)):
+            others = np.arange(len(energy)) != i
+            powers = fit_power(latency_s[others], busy_s[others], energy[others], spec, fit)
+            if powers is None:
+                break
+            left_out[i] = energy_j(latency_s[i], busy_s[i], *powers)
+        else:
+            powers = fit_power(latency_s, busy_s, energy, spec, fit)
+            error = mape(left_out, energy)
+            if powers is not None and (best is None or error < best[0]):
+                best = (error, None if fit == POWER_FITS[0] else powers, left_out)
+    return best[1], best[2]
+
+
 def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: str, source: str,
               graph_of: Callable[[MeasuredRow], object] | None = None, say: Callable[[str], None] = print,
               model: OperatorCostModel | None = None) -> Calibration:
@@ -212,12 +278,31 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
                          "more (about ten, spread over batch sizes and models, calibrate best).")
     measured = np.array([r.latency_ms for r in used]) * 1e-3
     scales, left_out, fit = fit_chosen(parts, measured)
-    out = [CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, scaled_latency_ms(part, np.ones(3)),
-                          scaled_latency_ms(part, scales), float(predicted))
-           for row, part, predicted in zip(used, parts, left_out)]
+    before = np.array([scaled_latency_ms(part, np.ones(3)) for part in parts]) * 1e-3
+    after = np.array([scaled_latency_ms(part, scales) for part in parts]) * 1e-3
+    busy = np.array([part.busy_s for part in parts])
+    # the energy rows' powers, fitted on the calibrated latencies (a prediction's) where enough rows measured energy
+    spec = spec_powers(gpu)
+    metered = np.array([row.energy_j is not None for row in used])
+    fits_power = metered.sum() >= MIN_ROWS
+    powers, energy_left_out = None, np.full(len(used), np.nan)
+    if fits_power:
+        measured_energy = np.array([row.energy_j for row in used if row.energy_j is not None])
+        powers, energy_left_out[metered] = fit_powers(after[metered], busy[metered], measured_energy, spec)
+    elif metered.any():
+        say(f"{int(metered.sum())} rows measured energy: {MIN_ROWS} or more fit the GPU's power; the spec sheet's "
+            "stands")
+    out = []
+    for i, (row, predicted) in enumerate(zip(used, left_out)):
+        energies = (row.energy_j, energy_j(before[i], busy[i], *spec), energy_j(after[i], busy[i], *(powers or spec)),
+                    float(energy_left_out[i])) if metered[i] and fits_power else ()
+        out.append(CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, before[i] * 1e3,
+                                  after[i] * 1e3, float(predicted), *energies))
+    idle_w, busy_w = (round(w, 2) for w in powers) if powers else (None, None)
     return Calibration(device=gpu.key, precision=precision, mode=mode, gemm_scale=round(float(scales[0]), 4),
                        memory_scale=round(float(scales[1]), 4), host_scale=round(float(scales[2]), 4),
-                       rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST, fit=fit.name)
+                       rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST, fit=fit.name,
+                       idle_w=idle_w, busy_w=busy_w)
 
 
 def _graph_of(row: MeasuredRow):
@@ -233,8 +318,7 @@ def report(calibration: Calibration) -> str:
     """Each row measured against the prediction before, after, and left out of the fit; then the errors."""
     lines = [f"{'row':<44} {'measured':>9} {'before':>9} {'after':>9} {'left out':>9}  (ms)"]
     for r in calibration.rows:
-        label = f"{r.model}{f'@{r.input_size}' if r.input_size else ''} b{r.batch}"
-        lines.append(f"{label:<44} {r.latency_ms:9.3f} {r.before_ms:9.3f} {r.after_ms:9.3f} {r.left_out_ms:9.3f}")
+        lines.append(f"{_label(r):<44} {r.latency_ms:9.3f} {r.before_ms:9.3f} {r.after_ms:9.3f} {r.left_out_ms:9.3f}")
 
     measured = np.array([r.latency_ms for r in calibration.rows])
 
@@ -245,4 +329,24 @@ def report(calibration: Calibration) -> str:
                  f"{mape_of('after_ms'):.1%} calibrated; each row left out of its fit: {calibration.left_out_mape:.1%}")
     lines.append(f"fitted: {calibration.fit}; scales: GEMM-class kernels x{calibration.gemm_scale:.3g}, the others "
                  f"x{calibration.memory_scale:.3g}, the host's issue time x{calibration.host_scale:.3g}")
+    metered = calibration.energy_rows
+    if metered:
+        lines.append(f"\n{'row':<44} {'measured':>9} {'before':>9} {'after':>9} {'left out':>9}  (J)")
+        for r in metered:
+            lines.append(f"{_label(r):<44} {r.energy_j:9.3f} {r.energy_before_j:9.3f} {r.energy_after_j:9.3f} "
+                         f"{r.energy_left_out_j:9.3f}")
+        joules = np.array([r.energy_j for r in metered])
+        before = mape(np.array([r.energy_before_j for r in metered]), joules)
+        after = mape(np.array([r.energy_after_j for r in metered]), joules)
+        left_out = mape(np.array([r.energy_left_out_j for r in metered]), joules)
+        lines.append(f"energy MAPE on these {len(metered)} rows: {before:.1%} uncalibrated, {after:.1%} calibrated; "
+                     f"each row left out of its fit: {left_out:.1%}")
+        fitted = calibration.idle_w is not None
+        lines.append(f"power: {calibration.idle_w:.0f} W idle, {calibration.busy_w:.0f} W per second of the "
+                     "roofline's busy time" if fitted else "power: the spec sheet's (the rows fit it best)")
     return "\n".join(lines)
+
+
+def _label(row: CalibrationRow) -> str:
+    """A calibration row in words: its model, input size and batch."""
+    return f"{row.model}{f'@{row.input_size}' if row.input_size else ''} b{row.batch}"

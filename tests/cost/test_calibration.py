@@ -52,10 +52,24 @@ def _stored_graph_or_fail(row: MeasuredRow):
 def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
     harness = read_rows(HARNESS_CSV)
     assert len(harness) == 64 and {r.precision for r in harness} == {"fp32", "fp16"}
-    assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2)
+    assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2,
+                                     energy_j=harness[0].energy_j)
+    assert all(r.energy_j > 0 for r in harness)  # the harness measures energy through NVML
+    lines = HARNESS_CSV.read_text().splitlines(keepends=True)
+    column = lines[0].rstrip("\n").split(",").index("energy_j")
+    untimed = lines[1].split(",")
+    untimed[column] = "0"  # an energy counter that did not tick: a row without energy, not a bad file
+    quiet = tmp_path / "harness.csv"
+    quiet.write_text(lines[0] + ",".join(untimed) + "".join(lines[2:]))
+    assert read_rows(quiet)[0].energy_j is None and read_rows(quiet)[1].energy_j == harness[1].energy_j
     minimal = tmp_path / "rows.csv"
     minimal.write_text("model,batch,latency_ms\nresnet50,8,3.2\nhf:bert,4,2.5\n")
     assert read_rows(minimal) == [MeasuredRow("resnet50", 8, 3.2, line=2), MeasuredRow("hf:bert", 4, 2.5, line=3)]
+    minimal.write_text("model,batch,latency_ms,energy_j\nresnet50,8,3.2,1.5\nresnet50,1,1.1,\n")
+    assert [r.energy_j for r in read_rows(minimal)] == [1.5, None]
+    minimal.write_text("model,batch,latency_ms,energy_j\nresnet50,8,3.2,-1\n")
+    with pytest.raises(DippmError, match="rows.csv, line 2: ValueError: energy_j '-1' is not an energy above 0"):
+        read_rows(minimal)
     minimal.write_text("model,batch,latency_ms\nresnet50,8,fast\n")
     with pytest.raises(DippmError, match="rows.csv, line 2: ValueError"):
         read_rows(minimal)
@@ -74,6 +88,14 @@ def test_calibrated_predictions_say_so(h200_calibration):
     assert p.cost_model.startswith("operators") and p.latency_error.group == "calibration"
     assert p.latency_error.records == 12 and p.latency_error.mape == pytest.approx(calibration.left_out_mape)
     assert any(n.startswith("calibrated on 12 measured rows of h200 (nvidia-h200.csv)") for n in p.notes)
+    # the harness measured each row's energy: the GPU's idle and busy power are fitted too
+    metered = calibration.energy_rows
+    assert len(metered) == 12 and 0 < calibration.idle_w < calibration.busy_w
+    assert sum(abs(r.energy_after_j / r.energy_j - 1) for r in metered) < sum(abs(r.energy_before_j / r.energy_j - 1)
+                                                                               for r in metered)
+    assert p.latency_error.energy_mape == pytest.approx(calibration.energy_left_out_mape)
+    assert p.latency_error.note.endswith("MAPE on the 12 rows that measured them")
+    assert any("energy from 12 of them" in n for n in p.notes)
     assert "each predicted by a fit of the others" in p.notes[-1]
     on_slice = dippm_nas.predict_graph(graph, "h200:1g.18gb", "fp32", calibration=h200_calibration)
     assert on_slice.latency_ms > p.latency_ms  # the GPU's calibration serves its slices
@@ -90,6 +112,25 @@ def test_a_calibration_of_another_gpu_precision_or_mode_is_refused(h200_calibrat
     with pytest.raises(DippmError, match=says):
         dippm_nas.predict("resnet18", batch=8, device=device, precision=precision, mode=mode,
                           calibration=h200_calibration)
+
+
+def test_a_calibration_without_energy_keeps_the_spec_sheets_power(h200_calibration, tmp_path):
+    """A file written before energy was fitted (or from rows without energy) predicts energy as the spec sheet
+    does; only its latency is calibrated."""
+    data = json.loads(Path(h200_calibration).read_text())
+    for key in ("idle_w", "busy_w", "energy_left_out_mape"):
+        data.pop(key)
+    for row in data["rows"]:
+        for key in ("energy_j", "energy_before_j", "energy_after_j", "energy_left_out_j"):
+            row.pop(key)
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    graph = _stored_graph(MeasuredRow("shvit_s2", 8, 1.0, 224))
+    fitted = dippm_nas.predict_graph(graph, "h200", "fp32", calibration=h200_calibration)
+    spec = dippm_nas.predict_graph(graph, "h200", "fp32", calibration=older)
+    assert spec.latency_ms == fitted.latency_ms and spec.energy_j != fitted.energy_j
+    assert load_calibration(older).powers(dippm_nas.get_device("h200")) is None
+    assert spec.latency_error.energy_mape is None
 
 
 def test_a_file_that_is_no_calibration_is_one_clear_error(tmp_path, h200_calibration, capsys):
