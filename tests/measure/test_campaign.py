@@ -137,6 +137,7 @@ def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_giv
     only what the session changed brought back."""
     import os
     import subprocess
+    import sys
 
     from dippm_nas.measure.campaign import HOST_COLUMNS
 
@@ -150,7 +151,9 @@ def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_giv
     older = tmp_path / "from" / "cpu.csv"  # model rows of an older protocol, holding the first configuration
     older.write_text("key,model,latency_ms_median\ncallable:tiny_models:tiny|3x16x16|b1|fp32|nchw,x,1.0\n")
     out = tmp_path / "out"
+    # the script runs the first python3 on PATH: this interpreter's, whether or not its environment is activated
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "SESSION_REPEAT_MANIFEST": str(manifest), "SESSION_REPEAT_S": "30",
            "SESSION_CAMPAIGN_ARGS": f"--manifest {manifest} --kernels-manifest {manifest}"}
     done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "measure_gpu.sh"), str(out), "120", "cpu",
