@@ -52,9 +52,10 @@ class HostProfile:
 #: (x86_64, PyTorch 2.11), fitted on the harness's records where the host binds. At fp32, 19.6 us:
 #: ``benchmarks/host_profile.py`` on the 16 host-bound fp32 records of
 #: ``data/measurements/nvidia-h100-80gb-hbm3.csv`` (median error 12 %).
-#: Under autocast, 34 us, from the first session's fp16 records at batch 1: the value the shipped PMGNS
-#: network's inputs were computed with, so it stays while that network is shipped, although the script's
-#: least-squares fit gives 26-27 us on those records (``benchmarks/results/host_profile.txt``).
+#: Under autocast, 34 us, from the first protocol's fp16 records at batch 1 (``data/measurements/h100.csv``):
+#: the value the shipped PMGNS network's inputs were computed with, so it stays while that network is
+#: shipped, although the script's least-squares fit gives 26-27 us on those records
+#: (``benchmarks/results/host_profile.txt``).
 HOST_PROFILES: dict[str, HostProfile] = {p.name: p for p in (
     HostProfile("h100-harness", operator_us=19.6, view_us=14.0, autocast_operator_us=34.0,
                 description="the CPU of our H100 harness machines, x86_64 with PyTorch 2.11, fitted on their "
