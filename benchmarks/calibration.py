@@ -6,9 +6,10 @@ ten of the GPU's records at one precision are drawn at random, ``dippm-nas calib
 and the latency MAPE on the GPU's other records at that precision is printed before and after, beside the
 calibration's own leave-one-out error, and the floor of the design: the three scales fitted on all the
 GPU's records at that precision. The energy MAPE on the same records follows, before and after (the
-calibration's fitted idle and busy power on its calibrated latencies; every record measured energy). The
-held-out operator models are kept under ``$DIPPM_NAS_CACHE_DIR/held-out`` (trained in a few minutes each
-when missing).
+calibration's fitted idle and busy power on its calibrated latencies; every record measured energy), and
+the memory MAPE on the records that measured memory (the calibration's fitted memory outside the allocator
+and its reserve; the analytical model's where the calibration's rows fit none). The held-out operator
+models are kept under ``$DIPPM_NAS_CACHE_DIR/held-out`` (trained in a few minutes each when missing).
 
     python benchmarks/calibration.py                       # h200 and h100-sxm, fp32 and fp16, seeds 0-4
     python benchmarks/calibration.py --gpus h200 --seeds 1
@@ -25,14 +26,17 @@ from pathlib import Path
 import numpy as np
 
 from dippm_nas._cache_location import cache_dir
-from dippm_nas.cost.analytical import energy_j, spec_powers
+from dippm_nas.cost.analytical import AnalyticalCostModel, energy_j, spec_powers
+from dippm_nas.cost.base import MemoryBreakdown
+from dippm_nas.cost.calibration import Calibration
 from dippm_nas.cost.operator_cost import OperatorCostModel
+from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.training.calibrate import PRIOR_WEIGHTS, MeasuredRow, calibrate, fit_scales, scaled_latency_ms
 from dippm_nas.training.dataset import load_graphs
 from dippm_nas.training.metrics import mape
-from dippm_nas.training.records import Record, load_records
+from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record, load_records
 
 
 def held_out_model(gpu: str, folder: Path) -> OperatorCostModel:
@@ -63,8 +67,9 @@ def main() -> int:
     graphs = load_graphs({r.graph_key for r in records})
 
     print(f"{'GPU':<10} {'precision':<9} {'records':>7} {'seed':>4} {'uncalibrated':>12} {'calibrated':>10} "
-          f"{'calibration LOO':>15}  {'energy: uncalibrated':>20} {'calibrated':>10}  scales (GEMM-class, others, "
-          "host); power (idle, busy W)")
+          f"{'calibration LOO':>15}  {'energy: uncalibrated':>20} {'calibrated':>10}  {'memory: uncalibrated':>20} "
+          f"{'calibrated':>10}  scales (GEMM-class, others, host); power (idle, busy W); memory (MiB outside the "
+          "allocator, reserve scale)")
     for gpu in args.gpus.split(","):
         model = held_out_model(gpu, folder)
         device = get_device(gpu)
@@ -80,7 +85,12 @@ def main() -> int:
             joules = np.array([r.energy_j or np.nan for r in mine])
             uncalibrated_j = np.array([energy_j(ms * 1e-3, parts[id(r)].busy_s, *spec)
                                        for ms, r in zip(uncalibrated, mine)])
-            calibrated_errors, calibrated_energy = [], []
+            breakdowns = {id(r): AnalyticalCostModel().memory(node_table(scale_batch(graphs[r.graph_key], r.batch)),
+                                                              precision) for r in mine if r.memory_mb}
+            metered = [i for i, r in enumerate(mine) if r.memory_mb]
+            uncalibrated_mib = {i: _comparable(mine[i], breakdowns[id(mine[i])]) for i in metered}
+            calibrated_errors, calibrated_energy, calibrated_memory = [], [], []
+            left_out_draws: list[tuple[list[int], np.ndarray]] = []  # each draw's records left out, calibrated
             for seed in range(args.seeds):
                 chosen = set(random.Random(seed).sample(range(len(mine)), args.rows))
                 fit_on = [mine[i] for i in sorted(chosen)]
@@ -92,30 +102,89 @@ def main() -> int:
                 measured = np.array([mine[i].latency_ms for i in rest])
                 before = mape(uncalibrated[rest], measured)
                 calibrated_errors.append(mape(after, measured))
+                left_out_draws.append((rest, after))
                 powers = calibration.powers(device) or spec
                 after_j = np.array([energy_j(ms * 1e-3, parts[id(mine[i])].busy_s, *powers)
                                     for ms, i in zip(after, rest)])
                 calibrated_energy.append(mape(after_j, joules[rest]))
+                rest_metered = [i for i in rest if mine[i].memory_mb]
+                memory_before, memory_after = _memory_errors([mine[i] for i in rest_metered], uncalibrated_mib,
+                                                             rest_metered, breakdowns, calibration)
+                calibrated_memory.append(memory_after)
+                fitted_memory = (f"{calibration.runtime_mib:.0f}, {calibration.reserve_scale:.3g}"
+                                 if calibration.runtime_mib is not None else "analytical")
                 print(f"{gpu:<10} {precision:<9} {len(rest):>7} {seed:>4} {before:>12.1%} "
                       f"{calibrated_errors[-1]:>10.1%} {calibration.left_out_mape:>15.1%}  "
                       f"{mape(uncalibrated_j[rest], joules[rest]):>20.1%} {calibrated_energy[-1]:>10.1%}  "
+                      f"{_percent(memory_before):>20} {_percent(memory_after):>10}  "
                       f"{calibration.gemm_scale:.3g}, {calibration.memory_scale:.3g}, {calibration.host_scale:.3g}; "
-                      f"{powers[0]:.0f}, {powers[1]:.0f}", flush=True)
+                      f"{powers[0]:.0f}, {powers[1]:.0f}; {fitted_memory}", flush=True)
             measured_all = np.array([r.latency_ms for r in mine])
             every = fit_scales([parts[id(r)] for r in mine], measured_all * 1e-3, PRIOR_WEIGHTS[0])
-            floor = mape(np.array([scaled_latency_ms(parts[id(r)], every) for r in mine]), measured_all)
+            fitted_all = np.array([scaled_latency_ms(parts[id(r)], every) for r in mine])
+            floor = mape(fitted_all, measured_all)
             print(f"{gpu:<10} {precision:<9} mean over {args.seeds} seeds: uncalibrated "
                   f"{mape(uncalibrated, measured_all):.1%} on all {len(mine)} records, calibrated "
                   f"{statistics.mean(calibrated_errors):.1%} on the records each calibration left out; fitted on all "
                   f"{len(mine)}: {floor:.1%} (scales {every[0]:.3g}, {every[1]:.3g}, {every[2]:.3g}); energy: "
                   f"uncalibrated {mape(uncalibrated_j, joules):.1%}, calibrated "
-                  f"{statistics.mean(calibrated_energy):.1%}", flush=True)
+                  f"{statistics.mean(calibrated_energy):.1%}; memory on the {len(metered)} records that measured it: "
+                  f"uncalibrated {_percent(_memory_errors([mine[i] for i in metered], uncalibrated_mib, metered)[0])}, "
+                  f"calibrated {_percent(statistics.mean(calibrated_memory))}", flush=True)
+            print(f"{gpu:<10} {precision:<9} by batch, latency: "
+                  + _by_batch(mine, measured_all, uncalibrated, left_out_draws, fitted_all), flush=True)
     return 0
+
+
+def _by_batch(records: list[Record], measured: np.ndarray, uncalibrated: np.ndarray,
+              draws: list[tuple[list[int], np.ndarray]], fitted_all: np.ndarray) -> str:
+    """The latency MAPE uncalibrated, calibrated (mean over the draws, on the records each left out) and fitted
+    on all records, apart for the batches where eager PyTorch mostly waits on the host (<= HOST_BOUND_BATCH)
+    and the larger ones, whose measurements repeat far more closely (benchmarks/ground_truth_noise.py)."""
+    small = np.array([r.batch <= HOST_BOUND_BATCH for r in records])
+    parts = []
+    for label, side in ((f"batch <= {HOST_BOUND_BATCH}", small), (f"batch > {HOST_BOUND_BATCH}", ~small)):
+        if not side.any():
+            continue
+        calibrated = statistics.mean(mape(after[side[rest]], measured[rest][side[rest]]) for rest, after in draws)
+        before, floor = mape(uncalibrated[side], measured[side]), mape(fitted_all[side], measured[side])
+        parts.append(f"{label} ({int(side.sum())} records): uncalibrated {before:.1%}, calibrated {calibrated:.1%}, "
+                     f"fitted on all {floor:.1%}")
+    return "; ".join(parts)
+
+
+#: The largest batch counted as host-bound in the split by batch.
+HOST_BOUND_BATCH = 8
 
 
 def _row(record: Record) -> MeasuredRow:
     return MeasuredRow(record.model, record.batch, record.latency_ms, record.image_size, record.precision,
-                       energy_j=record.energy_j)
+                       energy_j=record.energy_j, memory_mib=record.memory_mb,
+                       memory_counts_modules=record.memory_measure == MEMORY_NVML_PROCESS)
+
+
+def _percent(fraction: float) -> str:
+    """A MAPE in percent, or "none" where no record measured it (nan)."""
+    return "none" if np.isnan(fraction) else f"{fraction:.1%}"
+
+
+def _comparable(record: Record, memory: MemoryBreakdown) -> float:
+    """The predicted memory (MiB) that ``record``'s measured one compares with: the process's as NVML counts it,
+    or the context plus PyTorch's reserved memory for the first protocol's rows."""
+    return memory.total_mib if record.memory_measure == MEMORY_NVML_PROCESS else memory.context_and_reserved_mib
+
+
+def _memory_errors(records: list[Record], uncalibrated: dict[int, float], indices: list[int],
+                   breakdowns: dict | None = None, calibration: Calibration | None = None) -> tuple[float, float]:
+    """The memory MAPE of ``records`` (at ``indices``) uncalibrated and with ``calibration`` (nan for none)."""
+    if not records:
+        return float("nan"), float("nan")
+    measured = np.array([r.memory_mb for r in records])
+    before = np.array([uncalibrated[i] for i in indices])
+    if calibration is None:
+        return mape(before, measured), float("nan")
+    after = np.array([_comparable(r, calibration.memory(breakdowns[id(r)])) for r in records])
+    return mape(before, measured), mape(after, measured)
 
 
 def _graph_of(records: list[Record], graphs: dict):

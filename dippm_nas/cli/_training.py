@@ -284,14 +284,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
                        description="Fit up to three scales of one GPU and its host (GEMM-class kernels, the other "
                                    "kernels, the host's time to issue an operator) to measured latencies, as many as "
-                                   "the rows can tell apart (they choose by the leave-one-out error), and where rows "
-                                   "measured energy the GPU's idle and busy power; print each row before and after "
+                                   "the rows can tell apart (they choose by the leave-one-out error); where rows "
+                                   "measured energy, the GPU's idle and busy power; where they measured memory, what "
+                                   "the process holds outside PyTorch's allocator and a factor on the allocator's "
+                                   "reserve; print each row before and after "
                                    "and the leave-one-out errors, and write a calibration that predict, mig and "
                                    "HardwareCostModel take (--calibration). About ten rows spread over batch sizes "
                                    "and models calibrate best.")
     c.add_argument("measurements", metavar="MEASUREMENTS.csv",
                    help="the harness's CSV (dippm-nas measure) or one with columns model,batch,latency_ms (and "
-                        "optionally input_size,precision,energy_j); a model is anything predict takes")
+                        "optionally input_size,precision,energy_j,memory_mib: joules for the whole batch, the "
+                        "process's peak GPU memory as nvidia-smi shows it); a model is anything predict takes")
     c.add_argument("--device", required=True, help="the GPU measured, a key of `dippm-nas devices`")
     c.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
                    help="the rows' precision; rows of another precision are left out (default: fp32)")

@@ -13,7 +13,12 @@ latencies pin down what the spec sheet cannot say, without a correction per mode
 - ``idle_w`` and ``busy_w``, where the rows measured energy: the watts the GPU draws while it waits and
   per second of the roofline's busy time (:func:`~dippm_nas.cost.analytical.energy_j`), in place of the
   spec sheet's share of its TDP and its TDP. The busy power may exceed the TDP: a GPU that sustains less
-  than its peak works longer than the roofline's busy seconds.
+  than its peak works longer than the roofline's busy seconds;
+- ``runtime_mib`` and ``reserve_scale``, where the rows measured memory: what the process holds outside
+  PyTorch's caching allocator (the CUDA context, the libraries' handles and the kernels' modules, which
+  move with the driver, the CUDA release and the GPU), and a factor on what the allocator reserves beyond
+  the weights (the activations, the cuBLAS workspace and the allocator's rounding, which move with the
+  PyTorch release and its allocator settings). The weights are what they are.
 
 Ten rows rarely pin down all three, so the rows choose how many to free (``fit``: none, one speed of
 all the GPU's kernels, that and the host's, or all three), by how well each choice predicts the rows left
@@ -22,18 +27,19 @@ out of it.
 The file is JSON a person can read: the device, precision and mode it holds for, the project version that
 fitted it, the three scales and which of them the rows freed, the powers, every row it came from with the
 prediction before and after, and the leave-one-out errors (each row predicted by a fit of the others),
-which the calibrated predictions cite as their latency and energy errors.
+which the calibrated predictions cite as their latency, energy and memory errors.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from dippm_nas.cost.base import MemoryBreakdown
 from dippm_nas.cost.error_table import ErrorFigure
 from dippm_nas.cost.host import HostProfile
 from dippm_nas.errors import DippmError
@@ -66,6 +72,21 @@ class CalibrationRow:
     energy_before_j: float | None = None
     energy_after_j: float | None = None
     energy_left_out_j: float | None = None
+    #: The row's measured memory (MiB, as NVML counts the process) and the predictions of it, where it has one.
+    memory_mib: float | None = None
+    memory_before_mib: float | None = None
+    memory_after_mib: float | None = None
+    memory_left_out_mib: float | None = None
+
+
+def memory_terms(memory: MemoryBreakdown, counts_modules: bool = True) -> tuple[float, float, float]:
+    """The three terms (MiB) of a measured memory that a calibration weighs apart: the runtime's memory
+    outside the allocator (the context, and the kernels' modules where the measure counts them: NVML's figure
+    for the process does, the harness's first protocol's context plus reserved does not), the weights, and
+    the allocator's reserve beyond the weights."""
+    runtime = memory.context_mib + (memory.modules_mib if counts_modules else 0.0)
+    reserve = memory.activations_mib + memory.workspace_mib + memory.allocator_mib
+    return runtime, memory.weights_mib, reserve
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,10 @@ class Calibration:
     #: The whole GPU's idle and busy watts fitted to the rows' energy; None: the spec sheet's.
     idle_w: float | None = None
     busy_w: float | None = None
+    #: The memory outside the allocator (MiB) and the factor on the allocator's reserve fitted to the rows'
+    #: memory; None: the analytical model's.
+    runtime_mib: float | None = None
+    reserve_scale: float | None = None
 
     @property
     def left_out_mape(self) -> float:
@@ -107,14 +132,35 @@ class Calibration:
     @property
     def energy_left_out_mape(self) -> float | None:
         """The MAPE of each energy row predicted by the power fit of the others; None without fitted powers."""
-        if self.idle_w is None:
-            return None
-        return float(np.mean([abs(r.energy_left_out_j / r.energy_j - 1) for r in self.energy_rows]))
+        return None if self.idle_w is None else _left_out_mape(self.energy_rows, "energy_j", "energy_left_out_j")
 
     @property
     def energy_rows(self) -> tuple[CalibrationRow, ...]:
         """The rows that measured energy."""
         return tuple(r for r in self.rows if r.energy_j is not None)
+
+    @property
+    def memory_left_out_mape(self) -> float | None:
+        """The MAPE of each memory row predicted by the memory fit of the others; None without a memory fit."""
+        if self.runtime_mib is None:
+            return None
+        return _left_out_mape(self.memory_rows, "memory_mib", "memory_left_out_mib")
+
+    @property
+    def memory_rows(self) -> tuple[CalibrationRow, ...]:
+        """The rows that measured memory."""
+        return tuple(r for r in self.rows if r.memory_mib is not None)
+
+    def memory(self, breakdown: MemoryBreakdown) -> MemoryBreakdown:
+        """``breakdown`` with the fitted memory outside the allocator (its context and modules in their
+        proportion) and the allocator's reserve scaled; unchanged where the rows fitted no memory."""
+        if self.runtime_mib is None or self.reserve_scale is None:
+            return breakdown
+        share = self.runtime_mib / (breakdown.context_mib + breakdown.modules_mib)
+        scale = self.reserve_scale
+        return replace(breakdown, context_mib=breakdown.context_mib * share, modules_mib=breakdown.modules_mib * share,
+                       activations_mib=breakdown.activations_mib * scale,
+                       workspace_mib=breakdown.workspace_mib * scale, allocator_mib=breakdown.allocator_mib * scale)
 
     def powers(self, device: Device) -> tuple[float, float] | None:
         """The fitted idle and busy watts on ``device`` (a MIG slice draws its share of the whole GPU's, as
@@ -150,17 +196,22 @@ class Calibration:
         """The line a calibrated prediction carries."""
         energy = (f"; energy from {len(self.energy_rows)} of them: {self.idle_w:.0f} W idle, {self.busy_w:.0f} W "
                   "per second of the roofline's busy time") if self.idle_w is not None else ""
+        memory = (f"; memory from {len(self.memory_rows)}: {self.runtime_mib:.0f} MiB outside the allocator, its "
+                  f"reserve beyond the weights x{self.reserve_scale:.3g}") if self.runtime_mib is not None else ""
         return (f"calibrated on {len(self.rows)} measured rows of {self.device} ({self.source}), fitted: {self.fit}; "
                 f"GEMM-class kernels x{self.gemm_scale:.3g}, the others x{self.memory_scale:.3g}, the host's issue "
-                f"time x{self.host_scale:.3g}{energy}")
+                f"time x{self.host_scale:.3g}{energy}{memory}")
 
     def error(self) -> ErrorFigure:
-        """The leave-one-out error, as the latency error a calibrated prediction cites."""
+        """The leave-one-out errors, as the latency (energy, memory) error a calibrated prediction cites."""
         batches = [r.batch for r in self.rows]
+        metered = sum(1 for r in self.rows if (r.energy_j is not None and self.idle_w is not None)
+                      or (r.memory_mib is not None and self.runtime_mib is not None))
         return ErrorFigure(cost_model=self.cost_model, mape=self.left_out_mape, median_ape=self.left_out_median,
                            records=len(self.rows), group="calibration", devices=(self.device,),
                            precisions=(self.precision,), batch_min=min(batches), batch_max=max(batches),
-                           energy_mape=self.energy_left_out_mape, target_records=len(self.energy_rows))
+                           energy_mape=self.energy_left_out_mape, memory_mape=self.memory_left_out_mape,
+                           target_records=metered)
 
     def to_json(self) -> str:
         """The file's text: every field, the rows, and the leave-one-out error for a person to read."""
@@ -168,11 +219,18 @@ class Calibration:
         data["left_out_mape"] = round(self.left_out_mape, 4)
         if self.energy_left_out_mape is not None:
             data["energy_left_out_mape"] = round(self.energy_left_out_mape, 4)
+        if self.memory_left_out_mape is not None:
+            data["memory_left_out_mape"] = round(self.memory_left_out_mape, 4)
         return json.dumps(data, indent=2) + "\n"
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_json` to ``path``."""
         Path(path).write_text(self.to_json())
+
+
+def _left_out_mape(rows: tuple[CalibrationRow, ...], measured: str, left_out: str) -> float:
+    """The MAPE of the rows' ``left_out`` predictions of their ``measured`` values."""
+    return float(np.mean([abs(getattr(r, left_out) / getattr(r, measured) - 1) for r in rows]))
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -189,6 +247,7 @@ def load_calibration(path: str | Path) -> Calibration:
         rows = tuple(CalibrationRow(**row) for row in data.pop("rows"))
         data.pop("left_out_mape", None)
         data.pop("energy_left_out_mape", None)
+        data.pop("memory_left_out_mape", None)
         calibration = Calibration(rows=rows, **data)
     except DippmError:
         raise
@@ -196,7 +255,8 @@ def load_calibration(path: str | Path) -> Calibration:
         raise DippmError(f"{path} is not a calibration file of dippm-nas ({type(exc).__name__}: {exc}); write one "
                          "with `dippm-nas calibrate`.") from None
     scales = [getattr(calibration, name) for name in PARAMETERS]
-    scales += [w for w in (calibration.idle_w, calibration.busy_w) if w is not None]
+    scales += [v for v in (calibration.idle_w, calibration.busy_w, calibration.runtime_mib, calibration.reserve_scale)
+               if v is not None]
     if not rows or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in scales):
         raise DippmError(f"{path} holds no rows or a scale or power that is not a finite number above 0: calibrate "
                          "again.")

@@ -160,8 +160,8 @@ class OperatorCostModel:
                  mode: str = "eager", host: str | HostProfile | None = None,
                  calibration: Calibration | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, with each operator's time;
-        with ``calibration`` its kernel times and its host (which replaces ``host``) are the fitted ones, and
-        its leave-one-out error is the latency error.
+        with ``calibration`` its kernel times, its host (which replaces ``host``), power and memory are the
+        fitted ones, and its leave-one-out error is the latency error.
 
         Raises NotCovered without a trained model that matches this version, and DippmError for an unknown
         precision or layout, or a precision the device has no tensor cores for."""
@@ -179,6 +179,9 @@ class OperatorCostModel:
         powers = calibration.powers(device) if calibration else None
         if powers:
             estimate = replace(estimate, energy_j=energy_j(timed.latency_s, float(timed.busy_s.sum()), *powers))
+        if calibration is not None and estimate.memory is not None:
+            memory = calibration.memory(estimate.memory)
+            estimate = replace(estimate, memory=memory, memory_mib=memory.total_mib)
         notes = estimate.notes + self._notes(device, precision) + ((calibration.note(),) if calibration else ())
         estimate = replace(estimate, cost_model=self.name, notes=notes)
         if estimate.latency_ms <= 0:

@@ -2,9 +2,9 @@
 
 The rows come from a CSV: the harness's own output (``dippm-nas measure``: ``model``, ``source``,
 ``input_shape``, ``batch``, ``precision``, ``status``, ``latency_ms_median``) or a minimal file with
-``model,batch,latency_ms`` and optionally ``input_size``, ``precision`` and ``energy_j``. Each row's model
-is built as ``predict`` builds it; the operator model splits its predicted latency into the GEMM-class
-kernels, the others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and
+``model,batch,latency_ms`` and optionally ``input_size``, ``precision``, ``energy_j`` and ``memory_mib``.
+Each row's model is built as ``predict`` builds it; the operator model splits its predicted latency into the
+GEMM-class kernels, the others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and
 the scales that bring the predictions nearest the measurements in log space are searched on a grid that
 narrows around the best point. A pull towards 1 keeps a scale the rows cannot tell (the host's, where no row
 waits on it) where the spec sheet put it. Ten rows rarely separate three scales: the rows themselves
@@ -14,7 +14,10 @@ speed for all the GPU's kernels, that and the host's, or all three) and the weig
 
 Rows that measured energy (the harness's ``energy_j``, or an ``energy_j`` column of the minimal file) fit
 the GPU's idle and busy power the same way: the rows choose, by the leave-one-out error, among the spec
-sheet's powers, one factor on both, and the two apart (:data:`POWER_FITS`).
+sheet's powers, one factor on both, and the two apart (:data:`POWER_FITS`). Rows that measured memory (the
+harness's NVML figure for the process, or a ``memory_mib`` column: the process's peak GPU memory as
+``nvidia-smi`` shows it) fit the memory outside PyTorch's allocator and a factor on its reserve beyond the
+weights, chosen the same way among :data:`MEMORY_FITS`.
 """
 
 from __future__ import annotations
@@ -24,14 +27,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
-from dippm_nas.cost.analytical import energy_j, spec_powers
-from dippm_nas.cost.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow
+from dippm_nas.cost.analytical import CUDA_CONTEXT_MIB, KERNEL_MODULES_MIB, energy_j, spec_powers
+from dippm_nas.cost.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow, memory_terms
 from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
+from dippm_nas.cost.table import node_table
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.training.metrics import mape
+from dippm_nas.training.records import MEMORY_NVML_PROCESS, harness_memory
 
 #: The widest factor a scale may take either way: beyond it a row is more likely wrong than the GPU odd.
 LARGEST_SCALE = 8.0
@@ -41,6 +47,8 @@ PRIOR_WEIGHTS = (1e-3, 1e-2, 1e-1, 1.0)
 #: Fewer rows than this cannot separate three scales from noise.
 MIN_ROWS = 3
 MINIMAL_COLUMNS = ("model", "batch", "latency_ms")
+#: The parameters of one fit :func:`choose_by_left_out` chooses among.
+Params = TypeVar("Params")
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,10 @@ class MeasuredRow:
     precision: str | None = None
     line: int = 0
     energy_j: float | None = None  # of one inference of the whole batch
+    memory_mib: float | None = None
+    #: Whether ``memory_mib`` counts the kernels' modules (NVML's figure for the process does; the harness's
+    #: first protocol measured the context plus PyTorch's peak reserved memory, which does not).
+    memory_counts_modules: bool = True
 
     @property
     def label(self) -> str:
@@ -76,7 +88,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
         if not harness and not set(MINIMAL_COLUMNS) <= columns:
             raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
                              f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
-                             "input_size,precision,energy_j).")
+                             "input_size,precision,energy_j,memory_mib).")
         rows = []
         for line, row in enumerate(reader, start=2):
             if harness and row["status"] != "ok":
@@ -94,28 +106,31 @@ def _minimal_row(row: dict[str, str], line: int) -> MeasuredRow:
         raise ValueError(f"latency_ms {row['latency_ms']!r} is not a time above 0")
     size = (row.get("input_size") or "").strip()
     return MeasuredRow(row["model"].strip(), int(row["batch"]), latency, int(size) if size else None,
-                       (row.get("precision") or "").strip() or None, line, _energy(row))
+                       (row.get("precision") or "").strip() or None, line, _positive(row, "energy_j", "an energy"),
+                       _positive(row, "memory_mib", "a memory"))
 
 
 def _harness_row(row: dict[str, str], line: int) -> MeasuredRow:
     size = int(row["input_shape"].split("x")[-1])
     model = row["model"] if row.get("source", "timm") == "timm" else f"{row['source']}:{row['model']}"
+    memory, measure = harness_memory(row)
     return MeasuredRow(model, int(row["batch"]), float(row["latency_ms_median"]), size, row["precision"], line,
-                       _energy(row, strict=False))
+                       _positive(row, "energy_j", "an energy", strict=False), memory,
+                       memory_counts_modules=measure == MEMORY_NVML_PROCESS)
 
 
-def _energy(row: dict[str, str], strict: bool = True) -> float | None:
-    """The row's ``energy_j``, None where it has none. A value that is no energy above 0 raises ValueError
-    where the user wrote it (``strict``); in the harness's rows it is an energy counter that did not tick in
-    a short window, and the row counts as one without energy."""
-    text = (row.get("energy_j") or "").strip()
+def _positive(row: dict[str, str], column: str, what: str, strict: bool = True) -> float | None:
+    """The row's ``column``, None where it has none. A value that is not above 0 raises ValueError where the
+    user wrote it (``strict``); in the harness's rows it is a counter that did not tick in a short window
+    (NVML's energy), and the row counts as one without it."""
+    text = (row.get(column) or "").strip()
     if not text:
         return None
-    energy = float(text)
-    if math.isfinite(energy) and energy > 0:
-        return energy
+    value = float(text)
+    if math.isfinite(value) and value > 0:
+        return value
     if strict:
-        raise ValueError(f"energy_j {text!r} is not an energy above 0")
+        raise ValueError(f"{column} {text!r} is not {what} above 0")
     return None
 
 
@@ -224,25 +239,77 @@ def fit_power(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spe
     return (float(idle), float(busy)) if 0 < idle < busy else None
 
 
+def choose_by_left_out(names: Sequence[str], fit: Callable[[str, np.ndarray], Params | None],
+                       predict: Callable[[Params, int], float], measured: np.ndarray
+                       ) -> tuple[str, Params, np.ndarray]:
+    """The fit of ``names`` (the first always fits) whose leave-one-out predictions of ``measured`` err least,
+    the first where two tie: its name, its parameters fitted on every row and those predictions.
+    ``fit(name, rows)`` gives the parameters of ``name`` fitted on the rows of a boolean mask, or None where
+    it has none valid; ``predict(parameters, i)`` row i's value with them."""
+    best = None
+    every = np.ones(len(measured), dtype=bool)
+    for name in names:
+        left_out = np.zeros(len(measured))
+        for i in range(len(measured)):
+            others = every.copy()
+            others[i] = False
+            params = fit(name, others)
+            if params is None:
+                break
+            left_out[i] = predict(params, i)
+        else:
+            params = fit(name, every)
+            error = mape(left_out, measured)
+            if params is not None and (best is None or error < best[0]):
+                best = (error, name, params, left_out)
+    return best[1], best[2], best[3]
+
+
 def fit_powers(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spec: tuple[float, float]
                ) -> tuple[tuple[float, float] | None, np.ndarray]:
     """The idle and busy watts of the fit of :data:`POWER_FITS` whose leave-one-out energies err least (None
     where that is the spec sheet's), and those energies (J)."""
-    best = None
-    for fit in POWER_FITS:
-        left_out = np.zeros(len(energy))
-        for i in range(len(energy)):
-            others = np.arange(len(energy)) != i
-            powers = fit_power(latency_s[others], busy_s[others], energy[others], spec, fit)
-            if powers is None:
-                break
-            left_out[i] = energy_j(latency_s[i], busy_s[i], *powers)
-        else:
-            powers = fit_power(latency_s, busy_s, energy, spec, fit)
-            error = mape(left_out, energy)
-            if powers is not None and (best is None or error < best[0]):
-                best = (error, None if fit == POWER_FITS[0] else powers, left_out)
-    return best[1], best[2]
+    name, powers, left_out = choose_by_left_out(
+        POWER_FITS, lambda fit, rows: fit_power(latency_s[rows], busy_s[rows], energy[rows], spec, fit),
+        lambda powers, i: energy_j(latency_s[i], busy_s[i], *powers), energy)
+    return (None if name == POWER_FITS[0] else powers), left_out
+
+
+#: The memory fits a calibration chooses among, simplest first: the analytical model's memory, the memory
+#: outside the allocator fitted, and that with the allocator's reserve beyond the weights.
+MEMORY_FITS = ("the analytical model's", "the memory outside the allocator",
+               "the memory outside the allocator and the allocator's reserve")
+
+
+def fit_memory(terms: np.ndarray, measured: np.ndarray, fit: str) -> tuple[float, float] | None:
+    """The factors on the memory outside the allocator and on the allocator's reserve (``terms``' first and
+    last columns, :func:`~dippm_nas.cost.calibration.memory_terms`) of ``fit`` whose memories have the least
+    squared relative error against ``measured``; None where a factor falls beyond :data:`LARGEST_SCALE`."""
+    runtime, weights, reserve = terms.T
+    if fit == MEMORY_FITS[0]:
+        return 1.0, 1.0
+    if fit == MEMORY_FITS[1]:
+        share, rest = runtime / measured, (measured - weights - reserve) / measured
+        factors = float((share * rest).sum() / (share ** 2).sum()), 1.0
+    else:
+        columns = np.stack([runtime, reserve], axis=1) / measured[:, None]
+        solution = np.linalg.lstsq(columns, (measured - weights) / measured, rcond=None)[0]
+        factors = float(solution[0]), float(solution[1])
+    return factors if all(1 / LARGEST_SCALE <= f <= LARGEST_SCALE for f in factors) else None
+
+
+def memory_mib(terms: np.ndarray, factors: tuple[float, float]) -> np.ndarray:
+    """The memory (MiB) of each row of ``terms`` with the two ``factors``."""
+    return factors[0] * terms[:, 0] + terms[:, 1] + factors[1] * terms[:, 2]
+
+
+def fit_memories(terms: np.ndarray, measured: np.ndarray) -> tuple[tuple[float, float] | None, np.ndarray]:
+    """The factors of the fit of :data:`MEMORY_FITS` whose leave-one-out memories err least (None where that
+    is the analytical model's), and those memories (MiB)."""
+    name, factors, left_out = choose_by_left_out(
+        MEMORY_FITS, lambda fit, rows: fit_memory(terms[rows], measured[rows], fit),
+        lambda factors, i: float(memory_mib(terms[i:i + 1], factors)[0]), measured)
+    return (None if name == MEMORY_FITS[0] else factors), left_out
 
 
 def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: str, source: str,
@@ -263,6 +330,7 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     graph_of = graph_of or _graph_of
     used: list[MeasuredRow] = []
     parts: list[LatencyParts] = []
+    terms: list[tuple[float, float, float]] = []
     for row in rows:
         if row.precision is not None and row.precision != precision:
             continue
@@ -273,6 +341,7 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
             continue
         used.append(row)
         parts.append(model.latency_parts(graph, gpu, precision, mode=mode, host=DEFAULT_HOST))
+        terms.append(memory_terms(model.analytical.memory(node_table(graph), precision), row.memory_counts_modules))
     if len(used) < MIN_ROWS:
         raise DippmError(f"{len(used)} usable rows at {precision} in {source}: a calibration needs {MIN_ROWS} or "
                          "more (about ten, spread over batch sizes and models, calibrate best).")
@@ -292,17 +361,50 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     elif metered.any():
         say(f"{int(metered.sum())} rows measured energy: {MIN_ROWS} or more fit the GPU's power; the spec sheet's "
             "stands")
+    memories = _fit_rows_memory(used, np.array(terms), say)
     out = []
     for i, (row, predicted) in enumerate(zip(used, left_out)):
         energies = (row.energy_j, energy_j(before[i], busy[i], *spec), energy_j(after[i], busy[i], *(powers or spec)),
-                    float(energy_left_out[i])) if metered[i] and fits_power else ()
+                    float(energy_left_out[i])) if metered[i] and fits_power else (None,) * 4
         out.append(CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, before[i] * 1e3,
-                                  after[i] * 1e3, float(predicted), *energies))
+                                  after[i] * 1e3, float(predicted), *energies, *memories.rows[i]))
     idle_w, busy_w = (round(w, 2) for w in powers) if powers else (None, None)
     return Calibration(device=gpu.key, precision=precision, mode=mode, gemm_scale=round(float(scales[0]), 4),
                        memory_scale=round(float(scales[1]), 4), host_scale=round(float(scales[2]), 4),
                        rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST, fit=fit.name,
-                       idle_w=idle_w, busy_w=busy_w)
+                       idle_w=idle_w, busy_w=busy_w, runtime_mib=memories.runtime_mib,
+                       reserve_scale=memories.reserve_scale)
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """What the rows' memory fitted: the memory outside the allocator (MiB) and the factor on its reserve
+    (None: the analytical model's), and each row's measured memory and predictions of it (MiB; Nones where
+    the row measured none)."""
+
+    runtime_mib: float | None
+    reserve_scale: float | None
+    rows: list[tuple[float | None, ...]]
+
+
+def _fit_rows_memory(used: Sequence[MeasuredRow], terms: np.ndarray, say: Callable[[str], None]) -> MemoryFit:
+    """The memory fit of the rows that measured memory, where :data:`MIN_ROWS` or more did."""
+    metered = np.array([row.memory_mib is not None for row in used])
+    rows: list[tuple[float | None, ...]] = [(None,) * 4 for _ in used]
+    if metered.sum() < MIN_ROWS:
+        if metered.any():
+            say(f"{int(metered.sum())} rows measured memory: {MIN_ROWS} or more fit it; the analytical model's stands")
+        return MemoryFit(None, None, rows)
+    measured = np.array([row.memory_mib for row in used if row.memory_mib is not None])
+    factors, left_out = fit_memories(terms[metered], measured)
+    before = memory_mib(terms[metered], (1.0, 1.0))
+    after = memory_mib(terms[metered], factors or (1.0, 1.0))
+    for j, i in enumerate(np.flatnonzero(metered)):
+        rows[i] = (float(measured[j]), float(before[j]), float(after[j]), float(left_out[j]))
+    if factors is None:
+        return MemoryFit(None, None, rows)
+    # the factor on the runtime's terms, as the MiB a prediction (which counts the modules) holds outside the allocator
+    return MemoryFit(round(factors[0] * (CUDA_CONTEXT_MIB + KERNEL_MODULES_MIB), 1), round(factors[1], 4), rows)
 
 
 def _graph_of(row: MeasuredRow):
@@ -329,22 +431,30 @@ def report(calibration: Calibration) -> str:
                  f"{mape_of('after_ms'):.1%} calibrated; each row left out of its fit: {calibration.left_out_mape:.1%}")
     lines.append(f"fitted: {calibration.fit}; scales: GEMM-class kernels x{calibration.gemm_scale:.3g}, the others "
                  f"x{calibration.memory_scale:.3g}, the host's issue time x{calibration.host_scale:.3g}")
-    metered = calibration.energy_rows
-    if metered:
-        lines.append(f"\n{'row':<44} {'measured':>9} {'before':>9} {'after':>9} {'left out':>9}  (J)")
-        for r in metered:
-            lines.append(f"{_label(r):<44} {r.energy_j:9.3f} {r.energy_before_j:9.3f} {r.energy_after_j:9.3f} "
-                         f"{r.energy_left_out_j:9.3f}")
-        joules = np.array([r.energy_j for r in metered])
-        before = mape(np.array([r.energy_before_j for r in metered]), joules)
-        after = mape(np.array([r.energy_after_j for r in metered]), joules)
-        left_out = mape(np.array([r.energy_left_out_j for r in metered]), joules)
-        lines.append(f"energy MAPE on these {len(metered)} rows: {before:.1%} uncalibrated, {after:.1%} calibrated; "
-                     f"each row left out of its fit: {left_out:.1%}")
-        fitted = calibration.idle_w is not None
-        lines.append(f"power: {calibration.idle_w:.0f} W idle, {calibration.busy_w:.0f} W per second of the "
-                     "roofline's busy time" if fitted else "power: the spec sheet's (the rows fit it best)")
+    for unit, rows, attrs, fitted in (
+            ("J", calibration.energy_rows, ("energy_j", "energy_before_j", "energy_after_j", "energy_left_out_j"),
+             f"power: {calibration.idle_w:.0f} W idle, {calibration.busy_w:.0f} W per second of the roofline's busy "
+             "time" if calibration.idle_w is not None else "power: the spec sheet's (the rows fit it best)"),
+            ("MiB", calibration.memory_rows,
+             ("memory_mib", "memory_before_mib", "memory_after_mib", "memory_left_out_mib"),
+             f"memory: {calibration.runtime_mib:.0f} MiB outside the allocator, its reserve beyond the weights "
+             f"x{calibration.reserve_scale:.3g}" if calibration.runtime_mib is not None
+             else "memory: the analytical model's (the rows fit it best)")):
+        if rows:
+            lines.append(_target_table(rows, attrs, unit, fitted))
     return "\n".join(lines)
+
+
+def _target_table(rows: Sequence[CalibrationRow], attrs: Sequence[str], unit: str, fitted: str) -> str:
+    """The rows' measured energy or memory (``attrs``: measured, before, after, left out) and the errors."""
+    what = "energy" if unit == "J" else "memory"
+    lines = [f"\n{'row':<44} {'measured':>9} {'before':>9} {'after':>9} {'left out':>9}  ({unit})"]
+    values = np.array([[getattr(r, a) for a in attrs] for r in rows])
+    lines += [f"{_label(r):<44} " + " ".join(f"{v:9.3f}" for v in row) for r, row in zip(rows, values)]
+    before, after, left_out = (mape(values[:, k], values[:, 0]) for k in (1, 2, 3))
+    lines.append(f"{what} MAPE on these {len(rows)} rows: {before:.1%} uncalibrated, {after:.1%} calibrated; "
+                 f"each row left out of its fit: {left_out:.1%}")
+    return "\n".join(lines + [fitted])
 
 
 def _label(row: CalibrationRow) -> str:

@@ -172,7 +172,7 @@ def neusight_records(folder: Path | None = None) -> list[Record]:
 MEMORY_NOT_THE_MODELS = ("dippm-nas-v2:",)
 
 
-def _memory(row: dict[str, str]) -> tuple[float | None, str]:
+def harness_memory(row: dict[str, str]) -> tuple[float | None, str]:
     """A harness row's memory target and what it measured: NVML's per-process figure where the row has
     one (from the second protocol on), else the context plus peak reserved (the first); none for a protocol
     of MEMORY_NOT_THE_MODELS."""
@@ -198,7 +198,7 @@ def harness_rows(files: list[Path]) -> Iterator[tuple[dict[str, str], Record]]:
                 if row.get("status") != "ok" or row.get("device_kind") != "cuda" or row["precision"] not in PRECISIONS:
                     continue
                 shape = [int(d) for d in row["input_shape"].split("x")]
-                memory, measure = _memory(row)
+                memory, measure = harness_memory(row)
                 yield row, Record(
                     model=row["model"], source=row["source"], family=row["family"], image_size=shape[-1],
                     batch=int(row["batch"]), precision=row["precision"], layout=row["layout"],

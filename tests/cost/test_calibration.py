@@ -53,8 +53,9 @@ def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
     harness = read_rows(HARNESS_CSV)
     assert len(harness) == 64 and {r.precision for r in harness} == {"fp32", "fp16"}
     assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2,
-                                     energy_j=harness[0].energy_j)
-    assert all(r.energy_j > 0 for r in harness)  # the harness measures energy through NVML
+                                     energy_j=harness[0].energy_j, memory_mib=1166.0)
+    # the harness measures energy and the process's memory through NVML
+    assert all(r.energy_j > 0 and r.memory_mib > 0 and r.memory_counts_modules for r in harness)
     lines = HARNESS_CSV.read_text().splitlines(keepends=True)
     column = lines[0].rstrip("\n").split(",").index("energy_j")
     untimed = lines[1].split(",")
@@ -69,6 +70,11 @@ def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
     assert [r.energy_j for r in read_rows(minimal)] == [1.5, None]
     minimal.write_text("model,batch,latency_ms,energy_j\nresnet50,8,3.2,-1\n")
     with pytest.raises(DippmError, match="rows.csv, line 2: ValueError: energy_j '-1' is not an energy above 0"):
+        read_rows(minimal)
+    minimal.write_text("model,batch,latency_ms,memory_mib\nresnet50,8,3.2,1480\nresnet50,1,1.1,\n")
+    assert [r.memory_mib for r in read_rows(minimal)] == [1480.0, None]
+    minimal.write_text("model,batch,latency_ms,memory_mib\nresnet50,8,3.2,0\n")
+    with pytest.raises(DippmError, match="rows.csv, line 2: ValueError: memory_mib '0' is not a memory above 0"):
         read_rows(minimal)
     minimal.write_text("model,batch,latency_ms\nresnet50,8,fast\n")
     with pytest.raises(DippmError, match="rows.csv, line 2: ValueError"):
@@ -96,6 +102,15 @@ def test_calibrated_predictions_say_so(h200_calibration):
     assert p.latency_error.energy_mape == pytest.approx(calibration.energy_left_out_mape)
     assert p.latency_error.note.endswith("MAPE on the 12 rows that measured them")
     assert any("energy from 12 of them" in n for n in p.notes)
+    # and its memory: what the process holds outside the allocator, and the allocator's reserve
+    memory = calibration.memory_rows
+    assert len(memory) == 12 and calibration.runtime_mib > 0 and calibration.reserve_scale > 0
+    assert sum(abs(r.memory_after_mib / r.memory_mib - 1) for r in memory) < sum(
+        abs(r.memory_before_mib / r.memory_mib - 1) for r in memory)
+    assert p.latency_error.memory_mape == pytest.approx(calibration.memory_left_out_mape)
+    uncalibrated = dippm_nas.predict_graph(graph, "h200", "fp32", cost_model="operators")
+    assert p.memory_mib == pytest.approx(calibration.memory(uncalibrated.estimate.memory).total_mib)
+    assert p.memory_mib != uncalibrated.memory_mib and any("MiB outside the allocator" in n for n in p.notes)
     assert "each predicted by a fit of the others" in p.notes[-1]
     on_slice = dippm_nas.predict_graph(graph, "h200:1g.18gb", "fp32", calibration=h200_calibration)
     assert on_slice.latency_ms > p.latency_ms  # the GPU's calibration serves its slices
@@ -114,15 +129,16 @@ def test_a_calibration_of_another_gpu_precision_or_mode_is_refused(h200_calibrat
                           calibration=h200_calibration)
 
 
-def test_a_calibration_without_energy_keeps_the_spec_sheets_power(h200_calibration, tmp_path):
-    """A file written before energy was fitted (or from rows without energy) predicts energy as the spec sheet
-    does; only its latency is calibrated."""
+def test_a_calibration_without_energy_or_memory_keeps_the_spec_sheets_power(h200_calibration, tmp_path):
+    """A file written before energy and memory were fitted (or from rows without them) predicts energy as the
+    spec sheet does and memory as the analytical model does; only its latency is calibrated."""
     data = json.loads(Path(h200_calibration).read_text())
-    for key in ("idle_w", "busy_w", "energy_left_out_mape"):
+    for key in ("idle_w", "busy_w", "energy_left_out_mape", "runtime_mib", "reserve_scale", "memory_left_out_mape"):
         data.pop(key)
     for row in data["rows"]:
-        for key in ("energy_j", "energy_before_j", "energy_after_j", "energy_left_out_j"):
-            row.pop(key)
+        for target in ("energy_", "memory_"):
+            for key in [k for k in row if k.startswith(target)]:
+                row.pop(key)
     older = tmp_path / "older.json"
     older.write_text(json.dumps(data))
     graph = _stored_graph(MeasuredRow("shvit_s2", 8, 1.0, 224))
@@ -130,7 +146,8 @@ def test_a_calibration_without_energy_keeps_the_spec_sheets_power(h200_calibrati
     spec = dippm_nas.predict_graph(graph, "h200", "fp32", calibration=older)
     assert spec.latency_ms == fitted.latency_ms and spec.energy_j != fitted.energy_j
     assert load_calibration(older).powers(dippm_nas.get_device("h200")) is None
-    assert spec.latency_error.energy_mape is None
+    assert spec.latency_error.energy_mape is None and spec.latency_error.memory_mape is None
+    assert spec.memory_mib == dippm_nas.predict_graph(graph, "h200", "fp32", cost_model="operators").memory_mib
 
 
 def test_a_file_that_is_no_calibration_is_one_clear_error(tmp_path, h200_calibration, capsys):
@@ -193,3 +210,19 @@ def test_the_rows_choose_how_many_scales_they_can_tell():
     scales, left_out, fit = fit_chosen(parts, twice)
     assert fit.free >= 1 and np.allclose(left_out * 1e-3, twice, rtol=0.02)
     assert np.allclose([scaled_latency_ms(p, scales) * 1e-3 for p in parts], twice, rtol=0.02)
+
+
+def test_the_rows_choose_the_memory_fit_they_can_tell():
+    """Rows the analytical memory already meets keep it; rows of a runtime that holds 300 MiB more outside the
+    allocator fit that, and the left-out predictions meet them."""
+    import numpy as np
+
+    from dippm_nas.training.calibrate import fit_memories, memory_mib
+
+    rng = np.random.default_rng(0)
+    terms = np.stack([np.full(10, 695.0), rng.uniform(10, 500, 10), rng.uniform(50, 8000, 10)], axis=1)
+    factors, left_out = fit_memories(terms, memory_mib(terms, (1.0, 1.0)))
+    assert factors is None and np.allclose(left_out, memory_mib(terms, (1.0, 1.0)))
+    heavier = memory_mib(terms, (1.0, 1.0)) + 300.0
+    factors, left_out = fit_memories(terms, heavier)
+    assert factors[0] * 695 == pytest.approx(995, rel=1e-6) and np.allclose(left_out, heavier)
