@@ -199,7 +199,9 @@ def prediction_rows(p) -> list[list[str]]:
     ]
     if p.latency_error is not None:
         e = p.latency_error
-        rows.append(["latency error", f"{e.mape:.1%} MAPE on {e.records} comparable test records (see the last note)"])
+        measured = "rows of the calibration, each left out of its fit" if e.group == "calibration" else \
+            "comparable test records"
+        rows.append(["latency error", f"{e.mape:.1%} MAPE on {e.records} {measured} (see the last note)"])
     return rows
 
 

@@ -175,6 +175,9 @@ def test_calibrate_on_the_command_line(tmp_path, capsys):
     assert "line 4: bogus_net_xyz@64 b1 left out" in printed and "resnet18@64 b32" in printed
     assert "each row left out of its fit" in printed and f"written to {out}" in printed
     assert load_calibration(out).device == "l4"
+    assert main(["predict", "resnet18", "--device", "l4", "--batch", "16", "--input-shape", "3,64,64",
+                 "--calibration", str(out)]) == 0
+    assert "MAPE on 3 rows of the calibration, each left out of its fit" in capsys.readouterr().out
 
 
 def test_the_quick_manifest_spreads_ten_configurations_over_batch_and_operator_mix(capsys):
