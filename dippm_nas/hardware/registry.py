@@ -8,6 +8,7 @@ sheet's ``verified`` flag and note, so a prediction can say how firm the numbers
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -287,3 +288,22 @@ def get_device(key: str | Device) -> Device:
         )
     device = devices[base]
     return device.as_slice(device.mig_profile(profile)) if profile else device
+
+
+def device_named(gpu_name: str) -> str | None:
+    """The key of the GPU whose spec sheet name is ``gpu_name`` as CUDA and NVML report it, or None where no
+    registered GPU has that name. Case, the vendor's words (NVIDIA, Tesla, GeForce) and a form factor in
+    brackets do not count: CUDA reports an H200 SXM as "NVIDIA H200", a T4 as "Tesla T4". A variant the sheet
+    does not list (a Max-Q card) is None, not the sheet's card of that name.
+
+    >>> device_named("NVIDIA H100 80GB HBM3"), device_named("Tesla T4"), device_named("NVIDIA B300")
+    ('h100-sxm', 't4', None)
+    """
+    wanted = _plain_name(gpu_name)
+    return next((d.key for d in list_devices() if _plain_name(d.name) == wanted), None)
+
+
+def _plain_name(name: str) -> str:
+    """A GPU's name without case, the vendor's words, a bracketed form factor or punctuation."""
+    name = re.sub(r"\(.*?\)", "", name.lower())
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\b(nvidia|tesla|geforce)\b", "", name))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,8 @@ class MeasuredRow:
     #: Whether ``memory_mib`` counts the kernels' modules (NVML's figure for the process does; the harness's
     #: first protocol measured the context plus PyTorch's peak reserved memory, which does not).
     memory_counts_modules: bool = True
+    #: The GPU the row was measured on, as CUDA names it (the harness's ``gpu_name``); None where unsaid.
+    gpu_name: str | None = None
 
     @property
     def label(self) -> str:
@@ -116,7 +119,7 @@ def _harness_row(row: dict[str, str], line: int) -> MeasuredRow:
     memory, measure = harness_memory(row)
     return MeasuredRow(model, int(row["batch"]), float(row["latency_ms_median"]), size, row["precision"], line,
                        _positive(row, "energy_j", "an energy", strict=False), memory,
-                       memory_counts_modules=measure == MEMORY_NVML_PROCESS)
+                       memory_counts_modules=measure == MEMORY_NVML_PROCESS, gpu_name=row.get("gpu_name") or None)
 
 
 def _positive(row: dict[str, str], column: str, what: str, strict: bool = True) -> float | None:
@@ -316,11 +319,11 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
               graph_of: Callable[[MeasuredRow], object] | None = None, say: Callable[[str], None] = print,
               model: OperatorCostModel | None = None) -> Calibration:
     """The calibration of ``device`` at ``precision`` and ``mode`` fitted on ``rows`` (those of another
-    precision are left out, and a row whose model cannot be built is said and left out), of the shipped
-    operator model or ``model``."""
+    precision are left out; those measured on another GPU and a row whose model cannot be built are said and
+    left out), of the shipped operator model or ``model``."""
     from dippm_nas import __version__
     from dippm_nas.cost.host import DEFAULT_HOST
-    from dippm_nas.hardware.registry import get_device
+    from dippm_nas.hardware.registry import device_named, get_device
 
     gpu = get_device(device)
     model = model or OperatorCostModel()
@@ -331,8 +334,13 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     used: list[MeasuredRow] = []
     parts: list[LatencyParts] = []
     terms: list[tuple[float, float, float]] = []
+    elsewhere: Counter[str] = Counter()  # rows measured on another GPU, by its key
     for row in rows:
         if row.precision is not None and row.precision != precision:
+            continue
+        measured_on = device_named(row.gpu_name) if row.gpu_name else None
+        if measured_on not in (None, gpu.key):
+            elsewhere[measured_on] += 1
             continue
         try:
             graph = graph_of(row)
@@ -342,6 +350,12 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
         used.append(row)
         parts.append(model.latency_parts(graph, gpu, precision, mode=mode, host=DEFAULT_HOST))
         terms.append(memory_terms(model.analytical.memory(node_table(graph), precision), row.memory_counts_modules))
+    for other, count in elsewhere.items():
+        say(f"{count} row{'s' if count > 1 else ''} measured on {other} left out: this calibrates {gpu.key}")
+    if len(used) < MIN_ROWS and elsewhere:
+        other = elsewhere.most_common(1)[0][0]
+        raise DippmError(f"{source}'s rows at {precision} were measured on {other}, not {gpu.key}: calibrate with "
+                         f"--device {other}.")
     if len(used) < MIN_ROWS:
         raise DippmError(f"{len(used)} usable rows at {precision} in {source}: a calibration needs {MIN_ROWS} or "
                          "more (about ten, spread over batch sizes and models, calibrate best).")

@@ -53,7 +53,7 @@ def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
     harness = read_rows(HARNESS_CSV)
     assert len(harness) == 64 and {r.precision for r in harness} == {"fp32", "fp16"}
     assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2,
-                                     energy_j=harness[0].energy_j, memory_mib=1166.0)
+                                     energy_j=harness[0].energy_j, memory_mib=1166.0, gpu_name="NVIDIA H200")
     # the harness measures energy and the process's memory through NVML
     assert all(r.energy_j > 0 and r.memory_mib > 0 and r.memory_counts_modules for r in harness)
     lines = HARNESS_CSV.read_text().splitlines(keepends=True)
@@ -148,6 +148,20 @@ def test_a_calibration_without_energy_or_memory_keeps_the_spec_sheets_power(h200
     assert load_calibration(older).powers(dippm_nas.get_device("h200")) is None
     assert spec.latency_error.energy_mape is None and spec.latency_error.memory_mape is None
     assert spec.memory_mib == dippm_nas.predict_graph(graph, "h200", "fp32", cost_model="operators").memory_mib
+
+
+def test_rows_of_another_gpu_are_left_out_or_refused():
+    """The harness names the GPU of each row: rows of another GPU are said and left out, and a file of
+    another GPU's rows alone is refused with the device to calibrate instead."""
+    h100 = read_rows(ROOT / "data" / "measurements" / "nvidia-h100-80gb-hbm3.csv")
+    with pytest.raises(DippmError, match="rows at fp32 were measured on h100-sxm, not h200: calibrate with --device "
+                                         "h100-sxm"):
+        calibrate(h100, "h200", "fp32", "eager", "h100.csv", graph_of=_stored_graph, say=lambda line: None)
+    h200 = [r for r in read_rows(HARNESS_CSV) if r.precision == "fp32" and r.model == "visformer_small"]
+    said = []
+    calibration = calibrate(h200 + h100[:1], "h200", "fp32", "eager", "both.csv", graph_of=_stored_graph,
+                            say=said.append)
+    assert len(calibration.rows) == len(h200) and "1 row measured on h100-sxm left out: this calibrates h200" in said
 
 
 def test_a_file_that_is_no_calibration_is_one_clear_error(tmp_path, h200_calibration, capsys):
