@@ -215,7 +215,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
         raise DippmError(f"cannot write the calibration to {args.out}: give a file in a folder that exists.")
-    rows = read_rows(args.measurements)
+    rows = read_rows(args.measurements, args.mode)
     calibration = calibrate(rows, gpu.key, args.precision, args.mode, Path(args.measurements).name)
     print(report(calibration))
     calibration.save(out)
@@ -299,6 +299,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
                    help="the rows' precision; rows of another precision are left out (default: fp32)")
     c.add_argument("--mode", default="eager", choices=["eager", "cuda-graphs"],
-                   help="how the rows ran (default: eager)")
+                   help="how the rows ran (default: eager); cuda-graphs reads the harness's CUDA-graph latencies")
     c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")
     c.set_defaults(func=cmd_calibrate)

@@ -48,6 +48,8 @@ PRIOR_WEIGHTS = (1e-3, 1e-2, 1e-1, 1.0)
 #: Fewer rows than this cannot separate three scales from noise.
 MIN_ROWS = 3
 MINIMAL_COLUMNS = ("model", "batch", "latency_ms")
+#: The harness's latency column of each execution mode.
+HARNESS_LATENCY = {"eager": "latency_ms_median", "cuda-graphs": "latency_ms_cuda_graphs"}
 #: The parameters of one fit :func:`choose_by_left_out` chooses among.
 Params = TypeVar("Params")
 
@@ -77,9 +79,11 @@ class MeasuredRow:
         return f"{self.model}{size} b{self.batch}"
 
 
-def read_rows(path: str | Path) -> list[MeasuredRow]:
+def read_rows(path: str | Path, mode: str = "eager") -> list[MeasuredRow]:
     """The measured rows of a harness CSV or a minimal one; a file of neither kind is one clear DippmError.
-    Harness rows whose status is not ``ok`` are left out."""
+    Harness rows whose status is not ``ok`` are left out. In ``cuda-graphs`` mode a harness row's latency is
+    its forward replayed as a CUDA graph (rows whose capture failed are left out), without its energy and
+    memory, which the harness measures in the eager window; a minimal file's rows are as the user ran them."""
     file = Path(path)
     if not file.is_file():
         raise DippmError(f"no measurements file at {path}: give the harness's CSV or one with columns "
@@ -94,10 +98,10 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
                              "input_size,precision,energy_j,memory_mib).")
         rows = []
         for line, row in enumerate(reader, start=2):
-            if harness and row["status"] != "ok":
+            if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode])):
                 continue
             try:
-                rows.append(_harness_row(row, line) if harness else _minimal_row(row, line))
+                rows.append(_harness_row(row, line, mode) if harness else _minimal_row(row, line))
             except (ValueError, KeyError) as exc:
                 raise DippmError(f"{path}, line {line}: {one_line(exc)}; fix the row or delete it.") from None
     return rows
@@ -113,12 +117,14 @@ def _minimal_row(row: dict[str, str], line: int) -> MeasuredRow:
                        _positive(row, "memory_mib", "a memory"))
 
 
-def _harness_row(row: dict[str, str], line: int) -> MeasuredRow:
+def _harness_row(row: dict[str, str], line: int, mode: str) -> MeasuredRow:
     size = int(row["input_shape"].split("x")[-1])
     model = row["model"] if row.get("source", "timm") == "timm" else f"{row['source']}:{row['model']}"
-    memory, measure = harness_memory(row)
-    return MeasuredRow(model, int(row["batch"]), float(row["latency_ms_median"]), size, row["precision"], line,
-                       _positive(row, "energy_j", "an energy", strict=False), memory,
+    latency = float(row[HARNESS_LATENCY[mode]])
+    eager = mode == "eager"
+    memory, measure = harness_memory(row) if eager else (None, "")
+    return MeasuredRow(model, int(row["batch"]), latency, size, row["precision"], line,
+                       _positive(row, "energy_j", "an energy", strict=False) if eager else None, memory,
                        memory_counts_modules=measure == MEMORY_NVML_PROCESS, gpu_name=row.get("gpu_name") or None)
 
 

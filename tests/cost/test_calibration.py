@@ -56,6 +56,11 @@ def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
                                      energy_j=harness[0].energy_j, memory_mib=1166.0, gpu_name="NVIDIA H200")
     # the harness measures energy and the process's memory through NVML
     assert all(r.energy_j > 0 and r.memory_mib > 0 and r.memory_counts_modules for r in harness)
+    # and the forward replayed as a CUDA graph, the latency a cuda-graphs calibration fits (energy and memory
+    # are the eager window's)
+    graphs = read_rows(HARNESS_CSV, "cuda-graphs")
+    assert graphs[0].latency_ms == pytest.approx(3.2479, abs=1e-4) and graphs[0].latency_ms < harness[0].latency_ms
+    assert all(r.energy_j is None and r.memory_mib is None for r in graphs) and 0 < len(graphs) <= len(harness)
     lines = HARNESS_CSV.read_text().splitlines(keepends=True)
     column = lines[0].rstrip("\n").split(",").index("energy_j")
     untimed = lines[1].split(",")
