@@ -50,7 +50,8 @@ MIN_ROWS = 3
 MINIMAL_COLUMNS = ("model", "batch", "latency_ms")
 #: The harness's latency column of each execution mode.
 HARNESS_LATENCY = {"eager": "latency_ms_median", "cuda-graphs": "latency_ms_cuda_graphs"}
-#: The parameters of one fit :func:`choose_by_left_out` chooses among.
+#: The names and the parameters of the fits :func:`choose_by_left_out` chooses among.
+Name = TypeVar("Name")
 Params = TypeVar("Params")
 
 
@@ -200,30 +201,43 @@ def scaled_latency_ms(part: LatencyParts, scales: np.ndarray) -> float:
     return float(part.latency_s(*(np.array([s]) for s in scales))[0] * 1e3)
 
 
-def left_out_ms(parts: Sequence[LatencyParts], measured_s: np.ndarray, prior_weight: float,
-                fit: Fit = ALL_SCALES) -> np.ndarray:
-    """Each row's latency (ms) as the fit of all the other rows predicts it."""
-    out = np.zeros(len(parts))
-    for i in range(len(parts)):
-        others = [j for j in range(len(parts)) if j != i]
-        scales = fit_scales([parts[j] for j in others], measured_s[others], prior_weight, fit=fit)
-        out[i] = scaled_latency_ms(parts[i], scales)
-    return out
+def choose_by_left_out(names: Sequence[Name], fit: Callable[[Name, np.ndarray], Params | None],
+                       predict: Callable[[Params, int], float], measured: np.ndarray
+                       ) -> tuple[Name, Params, np.ndarray]:
+    """The fit of ``names`` (the first always fits) whose leave-one-out predictions of ``measured`` err least,
+    the first where two tie: its name, its parameters fitted on every row and those predictions.
+    ``fit(name, rows)`` gives the parameters of ``name`` fitted on the rows of a boolean mask, or None where
+    it has none valid; ``predict(parameters, i)`` row i's value with them."""
+    best = None
+    every = np.ones(len(measured), dtype=bool)
+    for name in names:
+        left_out = np.zeros(len(measured))
+        for i in range(len(measured)):
+            others = every.copy()
+            others[i] = False
+            params = fit(name, others)
+            if params is None:
+                break
+            left_out[i] = predict(params, i)
+        else:
+            error = mape(left_out, measured)
+            if best is None or error < best[0]:
+                params = fit(name, every)  # on every row only a fit that errs least so far
+                if params is not None:
+                    best = (error, name, params, left_out)
+    return best[1], best[2], best[3]
 
 
 def fit_chosen(parts: Sequence[LatencyParts], measured_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, Fit]:
     """The scales of the fit of :data:`FITS`, with the weight of :data:`PRIOR_WEIGHTS`, whose leave-one-out
     predictions err least (the simpler where two tie), those predictions (ms) and the fit. The error they
     give is the chosen fit's: a little optimistic, as it was chosen on it."""
-    best = None
-    for fit in FITS:
-        for weight in PRIOR_WEIGHTS if fit.free else PRIOR_WEIGHTS[:1]:
-            predicted = left_out_ms(parts, measured_s, weight, fit)
-            error = mape(predicted, measured_s * 1e3)
-            if best is None or error < best[0]:
-                best = (error, weight, fit, predicted)
-    _, weight, fit, predicted = best
-    return fit_scales(parts, measured_s, weight, fit=fit), predicted, fit
+    candidates = [(fit, weight) for fit in FITS for weight in (PRIOR_WEIGHTS if fit.free else PRIOR_WEIGHTS[:1])]
+    (fit, _), scales, predicted = choose_by_left_out(
+        candidates, lambda candidate, rows: fit_scales([p for p, kept in zip(parts, rows) if kept], measured_s[rows],
+                                                       candidate[1], fit=candidate[0]),
+        lambda scales, i: scaled_latency_ms(parts[i], scales), measured_s * 1e3)
+    return scales, predicted, fit
 
 
 #: The power fits a calibration chooses among, simplest first: the spec sheet's idle and busy watts, one
@@ -246,32 +260,6 @@ def fit_power(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spe
     columns = np.stack([latency_s - busy_s, busy_s], axis=1) / energy[:, None]
     idle, busy = np.linalg.lstsq(columns, np.ones(len(energy)), rcond=None)[0]
     return (float(idle), float(busy)) if 0 < idle < busy else None
-
-
-def choose_by_left_out(names: Sequence[str], fit: Callable[[str, np.ndarray], Params | None],
-                       predict: Callable[[Params, int], float], measured: np.ndarray
-                       ) -> tuple[str, Params, np.ndarray]:
-    """The fit of ``names`` (the first always fits) whose leave-one-out predictions of ``measured`` err least,
-    the first where two tie: its name, its parameters fitted on every row and those predictions.
-    ``fit(name, rows)`` gives the parameters of ``name`` fitted on the rows of a boolean mask, or None where
-    it has none valid; ``predict(parameters, i)`` row i's value with them."""
-    best = None
-    every = np.ones(len(measured), dtype=bool)
-    for name in names:
-        left_out = np.zeros(len(measured))
-        for i in range(len(measured)):
-            others = every.copy()
-            others[i] = False
-            params = fit(name, others)
-            if params is None:
-                break
-            left_out[i] = predict(params, i)
-        else:
-            params = fit(name, every)
-            error = mape(left_out, measured)
-            if params is not None and (best is None or error < best[0]):
-                best = (error, name, params, left_out)
-    return best[1], best[2], best[3]
 
 
 def fit_powers(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spec: tuple[float, float]
@@ -370,61 +358,79 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     before = np.array([scaled_latency_ms(part, np.ones(3)) for part in parts]) * 1e-3
     after = np.array([scaled_latency_ms(part, scales) for part in parts]) * 1e-3
     busy = np.array([part.busy_s for part in parts])
-    # the energy rows' powers, fitted on the calibrated latencies (a prediction's) where enough rows measured energy
+    # the powers are fitted on the calibrated latencies: a prediction's
     spec = spec_powers(gpu)
-    metered = np.array([row.energy_j is not None for row in used])
-    fits_power = metered.sum() >= MIN_ROWS
-    powers, energy_left_out = None, np.full(len(used), np.nan)
-    if fits_power:
-        measured_energy = np.array([row.energy_j for row in used if row.energy_j is not None])
-        powers, energy_left_out[metered] = fit_powers(after[metered], busy[metered], measured_energy, spec)
-    elif metered.any():
-        say(f"{int(metered.sum())} rows measured energy: {MIN_ROWS} or more fit the GPU's power; the spec sheet's "
-            "stands")
-    memories = _fit_rows_memory(used, np.array(terms), say)
-    out = []
-    for i, (row, predicted) in enumerate(zip(used, left_out)):
-        energies = (row.energy_j, energy_j(before[i], busy[i], *spec), energy_j(after[i], busy[i], *(powers or spec)),
-                    float(energy_left_out[i])) if metered[i] and fits_power else (None,) * 4
-        out.append(CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, before[i] * 1e3,
-                                  after[i] * 1e3, float(predicted), *energies, *memories.rows[i]))
-    idle_w, busy_w = (round(w, 2) for w in powers) if powers else (None, None)
+    energy = _fit_rows_energy(used, before, after, busy, spec, say)
+    memory = _fit_rows_memory(used, np.array(terms), say)
+    out = [CalibrationRow(row.model, row.batch, row.input_size, row.latency_ms, before[i] * 1e3, after[i] * 1e3,
+                          float(left_out[i]), *energy.rows[i], *memory.rows[i]) for i, row in enumerate(used)]
+    idle_w, busy_w = energy.params or (None, None)
+    runtime_mib, reserve_scale = memory.params or (None, None)
     return Calibration(device=gpu.key, precision=precision, mode=mode, gemm_scale=round(float(scales[0]), 4),
                        memory_scale=round(float(scales[1]), 4), host_scale=round(float(scales[2]), 4),
                        rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST, fit=fit.name,
-                       idle_w=idle_w, busy_w=busy_w, runtime_mib=memories.runtime_mib,
-                       reserve_scale=memories.reserve_scale)
+                       idle_w=idle_w, busy_w=busy_w, runtime_mib=runtime_mib, reserve_scale=reserve_scale)
 
 
 @dataclass(frozen=True)
-class MemoryFit:
-    """What the rows' memory fitted: the memory outside the allocator (MiB) and the factor on its reserve
-    (None: the analytical model's), and each row's measured memory and predictions of it (MiB; Nones where
-    the row measured none)."""
+class TargetFit:
+    """What the rows' energy or memory fitted: its two parameters as the calibration keeps them (None: the
+    spec sheet's power, the analytical model's memory), and per row the measured value and its predictions
+    before, after and left out (Nones where the row measured none)."""
 
-    runtime_mib: float | None
-    reserve_scale: float | None
+    params: tuple[float, float] | None
     rows: list[tuple[float | None, ...]]
 
 
-def _fit_rows_memory(used: Sequence[MeasuredRow], terms: np.ndarray, say: Callable[[str], None]) -> MemoryFit:
-    """The memory fit of the rows that measured memory, where :data:`MIN_ROWS` or more did."""
-    metered = np.array([row.memory_mib is not None for row in used])
-    rows: list[tuple[float | None, ...]] = [(None,) * 4 for _ in used]
-    if metered.sum() < MIN_ROWS:
-        if metered.any():
-            say(f"{int(metered.sum())} rows measured memory: {MIN_ROWS} or more fit it; the analytical model's stands")
-        return MemoryFit(None, None, rows)
+def _metered(values: Sequence[float | None], what: str, fits: str, stands: str,
+             say: Callable[[str], None]) -> np.ndarray | None:
+    """Which rows measured ``what`` (their ``values`` are not None), where :data:`MIN_ROWS` or more did; else
+    None, said where some did."""
+    metered = np.array([v is not None for v in values])
+    if metered.sum() >= MIN_ROWS:
+        return metered
+    if metered.any():
+        say(f"{int(metered.sum())} rows measured {what}: {MIN_ROWS} or more fit {fits}; {stands} stands")
+    return None
+
+
+def _by_row(metered: np.ndarray, columns: Sequence[Sequence[float]]) -> list[tuple[float | None, ...]]:
+    """Per row, the ``columns`` (one value per metered row each), or Nones for a row not metered."""
+    rows: list[tuple[float | None, ...]] = [(None,) * len(columns)] * len(metered)
+    for j, i in enumerate(np.flatnonzero(metered)):
+        rows[i] = tuple(float(c[j]) for c in columns)
+    return rows
+
+
+def _fit_rows_energy(used: Sequence[MeasuredRow], before_s: np.ndarray, after_s: np.ndarray, busy_s: np.ndarray,
+                     spec: tuple[float, float], say: Callable[[str], None]) -> TargetFit:
+    """The power fit of the rows that measured energy, where :data:`MIN_ROWS` or more did."""
+    metered = _metered([row.energy_j for row in used], "energy", "the GPU's power", "the spec sheet's", say)
+    if metered is None:
+        return TargetFit(None, [(None,) * 4 for _ in used])
+    measured = np.array([row.energy_j for row in used if row.energy_j is not None])
+    powers, left_out = fit_powers(after_s[metered], busy_s[metered], measured, spec)
+    before = [energy_j(t, b, *spec) for t, b in zip(before_s[metered], busy_s[metered])]
+    after = [energy_j(t, b, *(powers or spec)) for t, b in zip(after_s[metered], busy_s[metered])]
+    return TargetFit(tuple(round(w, 2) for w in powers) if powers else None,
+                     _by_row(metered, (measured, before, after, left_out)))
+
+
+def _fit_rows_memory(used: Sequence[MeasuredRow], terms: np.ndarray, say: Callable[[str], None]) -> TargetFit:
+    """The memory fit of the rows that measured memory, where :data:`MIN_ROWS` or more did: the memory outside
+    the allocator (MiB) and the factor on its reserve."""
+    metered = _metered([row.memory_mib for row in used], "memory", "it", "the analytical model's", say)
+    if metered is None:
+        return TargetFit(None, [(None,) * 4 for _ in used])
     measured = np.array([row.memory_mib for row in used if row.memory_mib is not None])
     factors, left_out = fit_memories(terms[metered], measured)
     before = memory_mib(terms[metered], (1.0, 1.0))
     after = memory_mib(terms[metered], factors or (1.0, 1.0))
-    for j, i in enumerate(np.flatnonzero(metered)):
-        rows[i] = (float(measured[j]), float(before[j]), float(after[j]), float(left_out[j]))
+    rows = _by_row(metered, (measured, before, after, left_out))
     if factors is None:
-        return MemoryFit(None, None, rows)
+        return TargetFit(None, rows)
     # the factor on the runtime's terms, as the MiB a prediction (which counts the modules) holds outside the allocator
-    return MemoryFit(round(factors[0] * (CUDA_CONTEXT_MIB + KERNEL_MODULES_MIB), 1), round(factors[1], 4), rows)
+    return TargetFit((round(factors[0] * (CUDA_CONTEXT_MIB + KERNEL_MODULES_MIB), 1), round(factors[1], 4)), rows)
 
 
 def _graph_of(row: MeasuredRow):
