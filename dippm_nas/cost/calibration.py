@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.base import MemoryBreakdown
+from dippm_nas.cost.analytical import energy_j
+from dippm_nas.cost.base import Estimate, MemoryBreakdown
 from dippm_nas.cost.error_table import ErrorFigure
 from dippm_nas.cost.host import HostProfile
 from dippm_nas.errors import DippmError
@@ -161,6 +162,17 @@ class Calibration:
         return replace(breakdown, context_mib=breakdown.context_mib * share, modules_mib=breakdown.modules_mib * share,
                        activations_mib=breakdown.activations_mib * scale,
                        workspace_mib=breakdown.workspace_mib * scale, allocator_mib=breakdown.allocator_mib * scale)
+
+    def adjusted(self, estimate: Estimate, latency_s: float, busy_s: float, device: Device) -> Estimate:
+        """``estimate`` (of the calibrated kernel and host times: ``latency_s``, and the roofline's ``busy_s``)
+        with the energy of the fitted power and the fitted memory, where the rows fitted them."""
+        powers = self.powers(device)
+        if powers:
+            estimate = replace(estimate, energy_j=energy_j(latency_s, busy_s, *powers))
+        if estimate.memory is not None:
+            memory = self.memory(estimate.memory)
+            estimate = replace(estimate, memory=memory, memory_mib=memory.total_mib)
+        return estimate
 
     def powers(self, device: Device) -> tuple[float, float] | None:
         """The fitted idle and busy watts on ``device`` (a MIG slice draws its share of the whole GPU's, as

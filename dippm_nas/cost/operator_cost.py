@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel, Roofline, energy_j
+from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel, Roofline
 from dippm_nas.cost.base import Estimate, NotCovered
 from dippm_nas.cost.calibration import Calibration
 from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
@@ -176,12 +176,8 @@ class OperatorCostModel:
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
         timed = replace(roofline, time_s=self.operator_seconds(table, roofline, device, precision, calibration))
         estimate = self.analytical.summarize(table, timed, device, precision, graph, host=host)
-        powers = calibration.powers(device) if calibration else None
-        if powers:
-            estimate = replace(estimate, energy_j=energy_j(timed.latency_s, float(timed.busy_s.sum()), *powers))
-        if calibration is not None and estimate.memory is not None:
-            memory = calibration.memory(estimate.memory)
-            estimate = replace(estimate, memory=memory, memory_mib=memory.total_mib)
+        if calibration is not None:
+            estimate = calibration.adjusted(estimate, timed.latency_s, float(timed.busy_s.sum()), device)
         notes = estimate.notes + self._notes(device, precision) + ((calibration.note(),) if calibration else ())
         estimate = replace(estimate, cost_model=self.name, notes=notes)
         if estimate.latency_ms <= 0:
