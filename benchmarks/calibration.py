@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from dippm_nas._cache_location import cache_dir
-from dippm_nas.cost.analytical import AnalyticalCostModel, energy_j, spec_powers
+from dippm_nas.cost.analytical import energy_j, spec_powers
 from dippm_nas.cost.base import MemoryBreakdown
-from dippm_nas.cost.calibration import Calibration
+from dippm_nas.cost.calibration import Calibration, memory_terms
 from dippm_nas.cost.operator_cost import OperatorCostModel
 from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
@@ -78,17 +78,15 @@ def main() -> int:
             if len(mine) <= args.rows:
                 print(f"{gpu:<10} {precision:<9} {len(mine):>7}  too few records")
                 continue
-            parts = {id(r): model.latency_parts(scale_batch(graphs[r.graph_key], r.batch), device, precision)
-                     for r in mine}
+            scaled = {id(r): scale_batch(graphs[r.graph_key], r.batch) for r in mine}
+            parts = {id(r): model.latency_parts(scaled[id(r)], device, precision) for r in mine}
             uncalibrated = np.array([scaled_latency_ms(parts[id(r)], np.ones(3)) for r in mine])
             spec = spec_powers(device)
             joules = np.array([r.energy_j or np.nan for r in mine])
             uncalibrated_j = np.array([energy_j(ms * 1e-3, parts[id(r)].busy_s, *spec)
                                        for ms, r in zip(uncalibrated, mine)])
-            breakdowns = {id(r): AnalyticalCostModel().memory(node_table(scale_batch(graphs[r.graph_key], r.batch)),
-                                                              precision) for r in mine if r.memory_mb}
-            metered = [i for i, r in enumerate(mine) if r.memory_mb]
-            uncalibrated_mib = {i: _comparable(mine[i], breakdowns[id(mine[i])]) for i in metered}
+            metered = [r for r in mine if r.memory_mb]
+            breakdowns = {id(r): model.analytical.memory(node_table(scaled[id(r)]), precision) for r in metered}
             calibrated_errors, calibrated_energy, calibrated_memory = [], [], []
             left_out_draws: list[tuple[list[int], np.ndarray]] = []  # each draw's records left out, calibrated
             for seed in range(args.seeds):
@@ -107,16 +105,15 @@ def main() -> int:
                 after_j = np.array([energy_j(ms * 1e-3, parts[id(mine[i])].busy_s, *powers)
                                     for ms, i in zip(after, rest)])
                 calibrated_energy.append(mape(after_j, joules[rest]))
-                rest_metered = [i for i in rest if mine[i].memory_mb]
-                memory_before, memory_after = _memory_errors([mine[i] for i in rest_metered], uncalibrated_mib,
-                                                             rest_metered, breakdowns, calibration)
-                calibrated_memory.append(memory_after)
+                rest_metered = [mine[i] for i in rest if mine[i].memory_mb]
+                memory_before = _memory_mape(rest_metered, breakdowns)
+                calibrated_memory.append(_memory_mape(rest_metered, breakdowns, calibration))
                 fitted_memory = (f"{calibration.runtime_mib:.0f}, {calibration.reserve_scale:.3g}"
                                  if calibration.runtime_mib is not None else "analytical")
                 print(f"{gpu:<10} {precision:<9} {len(rest):>7} {seed:>4} {before:>12.1%} "
                       f"{calibrated_errors[-1]:>10.1%} {calibration.left_out_mape:>15.1%}  "
                       f"{mape(uncalibrated_j[rest], joules[rest]):>20.1%} {calibrated_energy[-1]:>10.1%}  "
-                      f"{_percent(memory_before):>20} {_percent(memory_after):>10}  "
+                      f"{_percent(memory_before):>20} {_percent(calibrated_memory[-1]):>10}  "
                       f"{calibration.gemm_scale:.3g}, {calibration.memory_scale:.3g}, {calibration.host_scale:.3g}; "
                       f"{powers[0]:.0f}, {powers[1]:.0f}; {fitted_memory}", flush=True)
             measured_all = np.array([r.latency_ms for r in mine])
@@ -129,7 +126,7 @@ def main() -> int:
                   f"{len(mine)}: {floor:.1%} (scales {every[0]:.3g}, {every[1]:.3g}, {every[2]:.3g}); energy: "
                   f"uncalibrated {mape(uncalibrated_j, joules):.1%}, calibrated "
                   f"{statistics.mean(calibrated_energy):.1%}; memory on the {len(metered)} records that measured it: "
-                  f"uncalibrated {_percent(_memory_errors([mine[i] for i in metered], uncalibrated_mib, metered)[0])}, "
+                  f"uncalibrated {_percent(_memory_mape(metered, breakdowns))}, "
                   f"calibrated {_percent(statistics.mean(calibrated_memory))}", flush=True)
             print(f"{gpu:<10} {precision:<9} by batch, latency: "
                   + _by_batch(mine, measured_all, uncalibrated, left_out_draws, fitted_all), flush=True)
@@ -168,23 +165,16 @@ def _percent(fraction: float) -> str:
     return "none" if np.isnan(fraction) else f"{fraction:.1%}"
 
 
-def _comparable(record: Record, memory: MemoryBreakdown) -> float:
-    """The predicted memory (MiB) that ``record``'s measured one compares with: the process's as NVML counts it,
-    or the context plus PyTorch's reserved memory for the first protocol's rows."""
-    return memory.total_mib if record.memory_measure == MEMORY_NVML_PROCESS else memory.context_and_reserved_mib
-
-
-def _memory_errors(records: list[Record], uncalibrated: dict[int, float], indices: list[int],
-                   breakdowns: dict | None = None, calibration: Calibration | None = None) -> tuple[float, float]:
-    """The memory MAPE of ``records`` (at ``indices``) uncalibrated and with ``calibration`` (nan for none)."""
+def _memory_mape(records: list[Record], breakdowns: dict[int, MemoryBreakdown],
+                 calibration: Calibration | None = None) -> float:
+    """The memory MAPE of ``records`` as the analytical model (with ``calibration``'s memory, where given)
+    predicts what each measured (:func:`~dippm_nas.cost.calibration.memory_terms`: NVML's figure for the
+    process, or the first protocol's context plus reserved); nan where there are none."""
     if not records:
-        return float("nan"), float("nan")
-    measured = np.array([r.memory_mb for r in records])
-    before = np.array([uncalibrated[i] for i in indices])
-    if calibration is None:
-        return mape(before, measured), float("nan")
-    after = np.array([_comparable(r, calibration.memory(breakdowns[id(r)])) for r in records])
-    return mape(before, measured), mape(after, measured)
+        return float("nan")
+    predicted = [sum(memory_terms(calibration.memory(breakdowns[id(r)]) if calibration else breakdowns[id(r)],
+                                  r.memory_measure == MEMORY_NVML_PROCESS)) for r in records]
+    return mape(np.array(predicted), np.array([r.memory_mb for r in records]))
 
 
 def _graph_of(records: list[Record], graphs: dict):

@@ -105,6 +105,7 @@ CUBLAS_WORKSPACE_MIB = 32.0
 #: the latency, by solving measured power = idle + (TDP - idle) x the roofline's busy share.
 IDLE_POWER_FRACTION = 0.18
 
+
 def spec_powers(device: Device) -> tuple[float, float]:
     """The watts ``device`` draws while it waits (:data:`IDLE_POWER_FRACTION` of its TDP) and while its
     bounding unit works (its TDP), as its spec sheet gives them; a calibration may fit both to measured energy."""
