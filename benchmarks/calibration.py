@@ -1,7 +1,8 @@
 """Calibrating a GPU from ten of its measured rows: how close the calibrated operator model comes on the rest.
 
-For each GPU, the operator model is trained without that GPU (neither its operators nor its records, as
-``dippm-nas evaluate --leave-one-gpu-out`` trains it), so the GPU is one it never saw. Then, for each seed,
+For each GPU, the operator model is trained without that GPU and the GPUs of its chip (neither their
+operators nor their records, as ``dippm-nas evaluate --leave-one-gpu-out`` trains it; the H100 and the H200
+are one chip), so the GPU is one it never saw. Then, for each seed,
 ten of the GPU's records at one precision are drawn at random, ``dippm-nas calibrate``'s fit is run on them,
 and the latency MAPE on the GPU's other records at that precision is printed before and after, beside the
 calibration's own leave-one-out error, and the floor of the design: the three scales fitted on all the
@@ -40,18 +41,21 @@ from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record, load_records
 
 
 def held_out_model(gpu: str, folder: Path) -> OperatorCostModel:
-    """The operator model trained without ``gpu`` (and a GPU of the same chip), trained now if not kept."""
-    path = folder / f"operators-without-{gpu}"
+    """The operator model trained without ``gpu`` and the GPUs of its chip, trained now if not kept."""
+    from dippm_nas.training.operator_training import chip_of
+
+    fold = chip_of(gpu)
+    path = folder / f"operators-without-{'+'.join(fold)}"
     if not (path.with_suffix(".json").exists() or path.exists()):
         from dippm_nas.training.operator_data import load_operator_samples
         from dippm_nas.training.operator_records import record_set, training_records
-        from dippm_nas.training.operator_training import chip_of, fit_without
+        from dippm_nas.training.operator_training import fit_without
 
-        print(f"training the operator model without {gpu} (kept at {path})", file=sys.stderr)
+        print(f"training the operator model without {', '.join(fold)} (kept at {path})", file=sys.stderr)
         samples = load_operator_samples()
         records = record_set(training_records(load_records(), 0))
         folder.mkdir(parents=True, exist_ok=True)
-        fit_without(chip_of(gpu), samples, records).save(path)
+        fit_without(fold, samples, records).save(path)
     return OperatorCostModel(path)
 
 

@@ -171,8 +171,7 @@ def leave_one_gpu_out(samples: OperatorSamples, records: RecordSet | None = None
                       config: OperatorTraining = OperatorTraining(),
                       progress: Callable[[str], None] = progress_to_stderr) -> list[HeldOut]:
     """Each GPU held out in turn: the model fitted on the others' samples and records, then every sample of
-    the held-out GPU predicted. GPUs of one chip and memory size measured on two boards (NeuSight's
-    A100-PCIE-40GB and A100 80GB PCIe) are held out together."""
+    the held-out GPU predicted. GPUs of one chip (:data:`SAME_CHIP`) are held out together."""
     gaps = protocol_gaps(samples)
     results = []
     for fold in _folds(samples.gpu):
@@ -202,8 +201,10 @@ def without(records: RecordSet | None, gpus: Sequence[str]) -> RecordSet | None:
     return records.take(np.array(keep, dtype=np.int64))
 
 
-#: GPUs held out together: one chip on two boards.
-SAME_CHIP = (("a100-40gb-pcie", "a100-80gb-pcie"),)
+#: GPUs held out together: one chip with other memory on another board (GA100 with 40 or 80 GB, GH100 with
+#: HBM3 or HBM3e). Their kernels are the same; a fold that trained on one would time the other's from its twin's
+#: measurements, which a user of a GPU nobody measured does not have.
+SAME_CHIP = (("a100-40gb-pcie", "a100-80gb-pcie"), ("h100-sxm", "h200"))
 
 
 def chip_of(gpu: str) -> tuple[str, ...]:
