@@ -5,8 +5,8 @@ error on those records.
 No predictor that reads only the model, the batch, the precision and the GPU can come closer to one
 measurement of a configuration than that measurement is to another of the same configuration.
 
-1. **Repeats.** Every configuration measured more than once on one GPU model, in another session (another
-   machine, so another host CPU) or in a fresh process of the same session
+1. **Repeats.** Every configuration measured more than once on one GPU model, on another machine (so
+   another host CPU) or in a fresh process on the same machine
    (``data/measurements/repeatability/``, ``data/h200/h200_repeat.csv``): the later latency over the
    earlier, at batch <= 8 (where eager PyTorch waits on the host) and above.
 2. **Batch inversions.** In one file, a model and precision measured more than ``CONTRADICTION`` times
@@ -43,8 +43,9 @@ from dippm_nas.training.records import Record, harness_rows
 CONTRADICTION = 1.10
 #: Up to this batch eager PyTorch mostly waits on the host (``docs/transfer.md``'s ranges 1 and 2-8).
 HOST_BOUND_BATCH = 8
-#: Two rows taken this far apart came from different sessions (a session on a GPU lasts 30 minutes at most).
-ANOTHER_SESSION_S = 3600.0
+#: Two rows taken this far apart came from different machines (the harness's machine holds its GPU for 30 minutes
+#: at most).
+ANOTHER_MACHINE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,8 @@ def differ(first: Measurement, second: Measurement) -> bool:
 
 
 def pair_kind(first: Measurement, second: Measurement) -> str:
-    """``another session`` or ``another process`` (the same session), from the rows' dates."""
-    return "another session" if (second.date - first.date).total_seconds() > ANOTHER_SESSION_S else "another process"
+    """``another machine`` or ``another process`` (on the same machine), from the rows' dates."""
+    return "another machine" if (second.date - first.date).total_seconds() > ANOTHER_MACHINE_S else "another process"
 
 
 def repeat_lines(pairs: list[tuple[Measurement, Measurement]]) -> list[str]:
