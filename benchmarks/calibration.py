@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from ground_truth_noise import HOST_BOUND_BATCH, regime
 
 from dippm_nas._cache_location import cache_dir
 from dippm_nas.cost.analytical import energy_j, spec_powers
@@ -144,7 +145,7 @@ def _by_batch(records: list[Record], measured: np.ndarray, uncalibrated: np.ndar
     and the larger ones, whose measurements repeat far more closely (benchmarks/ground_truth_noise.py)."""
     small = np.array([r.batch <= HOST_BOUND_BATCH for r in records])
     parts = []
-    for label, side in ((f"batch <= {HOST_BOUND_BATCH}", small), (f"batch > {HOST_BOUND_BATCH}", ~small)):
+    for label, side in ((regime(1), small), (regime(HOST_BOUND_BATCH + 1), ~small)):
         if not side.any():
             continue
         calibrated = statistics.mean(mape(after[side[rest]], measured[rest][side[rest]]) for rest, after in draws)
@@ -152,10 +153,6 @@ def _by_batch(records: list[Record], measured: np.ndarray, uncalibrated: np.ndar
         parts.append(f"{label} ({int(side.sum())} records): uncalibrated {before:.1%}, calibrated {calibrated:.1%}, "
                      f"fitted on all {floor:.1%}")
     return "; ".join(parts)
-
-
-#: The largest batch counted as host-bound in the split by batch.
-HOST_BOUND_BATCH = 8
 
 
 def _row(record: Record) -> MeasuredRow:
