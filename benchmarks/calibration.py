@@ -35,7 +35,7 @@ from dippm_nas.cost.analytical import energy_j, spec_powers
 from dippm_nas.cost.base import MemoryBreakdown
 from dippm_nas.cost.calibration import Calibration, memory_terms
 from dippm_nas.cost.kernel_structure import GROUPS
-from dippm_nas.cost.operator_cost import OperatorCostModel, kernel_columns
+from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel, kernel_groups
 from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
@@ -134,7 +134,7 @@ def main() -> int:
             every = fit_scales([parts[id(r)] for r in mine], measured_all * 1e-3, PRIOR_WEIGHTS[0])
             fitted_all = np.array([scaled_latency_ms(parts[id(r)], every) for r in mine])
             floor = mape(fitted_all, measured_all)
-            group_floor, group_scales = _group_floor(model, [scaled[id(r)] for r in mine], device, precision,
+            group_floor, group_scales = _group_floor([parts[id(r)] for r in mine], [scaled[id(r)] for r in mine],
                                                      measured_all * 1e-3)
             print(f"{gpu:<10} {precision:<9} mean over {args.seeds} seeds: uncalibrated "
                   f"{mape(uncalibrated, measured_all):.1%} on all {len(mine)} records, calibrated "
@@ -167,24 +167,22 @@ def _by_batch(records: list[Record], measured: np.ndarray, uncalibrated: np.ndar
     return "; ".join(parts)
 
 
-def _group_floor(model: OperatorCostModel, graphs: list, device, precision: str, measured_s: np.ndarray
-                 ) -> tuple[float, str]:
+def _group_floor(parts: list[LatencyParts], graphs: list, measured_s: np.ndarray) -> tuple[float, str]:
     """The latency MAPE of one scale per kernel group (:data:`~dippm_nas.cost.kernel_structure.GROUPS`) and
     one on the host's issue time, fitted on every graph (the mean squared log error of the queued latency,
-    by Adam on the log-scales), and the scales of the groups the graphs run."""
+    by Adam on the log-scales) from its operators' times ``parts``, and the scales of the groups the graphs
+    run."""
     import torch
 
-    length = max(len(graph.nodes) for graph in graphs)
-    seconds = torch.zeros(len(graphs), length, dtype=torch.float64)
-    group = torch.zeros(len(graphs), length, dtype=torch.long)
-    issued = torch.full((len(graphs), length), -PADDING_S, dtype=torch.float64)  # a padded operator ends no latency
-    for i, graph in enumerate(graphs):
-        table = node_table(graph)
-        roofline = model.analytical.roofline(table, device, precision, "nchw", mode="eager")
-        n = len(table)
-        seconds[i, :n] = torch.from_numpy(model.timed_operators(table, roofline, device, precision)[0])
-        group[i, :n] = torch.from_numpy(kernel_columns(table, roofline.peak, device, precision).group)
-        issued[i, :n] = torch.from_numpy(np.cumsum(roofline.host_s))
+    length = max(len(part.host_s) for part in parts)
+    seconds = torch.zeros(len(parts), length, dtype=torch.float64)
+    group = torch.zeros(len(parts), length, dtype=torch.long)
+    issued = torch.full((len(parts), length), -PADDING_S, dtype=torch.float64)  # a padded operator ends no latency
+    for i, (part, graph) in enumerate(zip(parts, graphs)):
+        n = len(part.host_s)
+        seconds[i, :n] = torch.from_numpy(part.gemm_s + part.other_s)
+        group[i, :n] = torch.from_numpy(kernel_groups(node_table(graph)))
+        issued[i, :n] = torch.from_numpy(np.cumsum(part.host_s))
     log_scales = torch.zeros(len(GROUPS) + 1, dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.Adam([log_scales], lr=0.05)
 

@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 from calibration import held_out_model
 from ground_truth_noise import (
-    ANOTHER_MACHINE_S,
     HOST_BOUND_BATCH,
     Measurement,
     harness_files,
+    pair_kind,
     read_measurements,
     regime,
 )
@@ -45,6 +45,7 @@ from dippm_nas.cost.operator_cost import OperatorCostModel
 from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
+from dippm_nas.training.calibrate import scaled_latency_ms
 from dippm_nas.training.dataset import load_graphs
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.paths import project
@@ -72,11 +73,11 @@ def splits(rows: list[Measurement], model: OperatorCostModel, graphs: dict) -> l
         r = m.record
         graph = scale_batch(graphs[r.graph_key], r.batch)
         device = get_device(r.device)
-        parts = model.latency_parts(graph, device, r.precision)
+        parts = model.latency_parts(graph, device, r.precision)  # eager's queue; under CUDA graphs, the GPU's sum
         out.append(Split(
             r.device, r.precision, r.batch, r.latency_ms, float(m.host_issue_ms), float(m.cuda_graphs_ms),
-            model.estimate(graph, device, r.precision).latency_ms, float(parts.host_s.sum() * 1e3),
-            model.estimate(graph, device, r.precision, mode="cuda-graphs").latency_ms))
+            scaled_latency_ms(parts, np.ones(3)), float(parts.host_s.sum() * 1e3),
+            float((parts.gemm_s.sum() + parts.other_s.sum()) * 1e3)))
     return out
 
 
@@ -112,8 +113,7 @@ def host_pairs(rows: list[Measurement], graphs: dict) -> list[str]:
     for series in sorted(by_series.values(), key=lambda s: (s[0].record.device, s[0].record.model)):
         ordered = sorted(series, key=lambda m: (m.date, m.record.batch))
         for first, second in zip(ordered, ordered[1:]):
-            apart = (second.date - first.date).total_seconds() > ANOTHER_MACHINE_S
-            if apart or first.record.batch == second.record.batch:
+            if pair_kind(first, second) != "another process" or first.record.batch == second.record.batch:
                 continue
             operators = int((~node_table(graphs[first.record.graph_key]).is_view).sum())
             us = [float(m.host_issue_ms) * 1e3 / operators for m in (first, second)]

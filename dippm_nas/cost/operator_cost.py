@@ -66,13 +66,18 @@ def _group_of_kind() -> np.ndarray:
     return np.array([GROUPS.index(kernel) for kernel in operators.kind_table().kernel])
 
 
+def kernel_groups(table: NodeTable) -> np.ndarray:
+    """Each operator's kernel group (an index into :data:`~dippm_nas.cost.kernel_structure.GROUPS`): its
+    registry entry's, with the convolutions cuDNN runs on the CUDA cores apart."""
+    return np.where(table.cuda_core_conv, GROUPS.index("conv_cuda_cores"), _group_of_kind()[table.kind])
+
+
 def kernel_columns(table: NodeTable, peak: np.ndarray, device: Device, precision: str) -> KernelColumns:
     """A graph's operators as the operator model reads them, on the units ``peak`` (the roofline's) prices
     them on. The bytes are what each operator itself must move at its dtype; autocast's casts and cuDNN's
     transposes stay the roofline's."""
     numbers = precision_named(precision)
-    group = _group_of_kind()[table.kind]
-    group = np.where(table.cuda_core_conv, GROUPS.index("conv_cuda_cores"), group)
+    group = kernel_groups(table)
     lower = numbers.autocast & ~table.autocast.stays_f32
     element_bytes = np.where(lower, float(numbers.element_bytes), float(FULL_BYTES))
     moved = (table.f32_read + table.f32_written + table.weight_numel) * element_bytes + table.other_bytes
