@@ -17,6 +17,7 @@ from dippm_nas.cost.card import operator_model_mismatch
 from dippm_nas.cost.coverage import not_covered
 from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
 from dippm_nas.errors import DippmError
+from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
 from dippm_nas.hardware.registry import Device, check_layout, check_precision, get_device
@@ -29,10 +30,12 @@ CalibrationLike = Calibration | str | os.PathLike | None
 
 @dataclass(frozen=True)
 class Request:
-    """What a prediction is asked for besides the model, checked once where it enters the library."""
+    """What a prediction is asked for besides the model, checked once where it enters the library.
+    ``precision`` None is the model's own (:func:`~dippm_nas.graph.cast.graph_at_precision`), or the
+    calibration's where there is one."""
 
     gpu: Device
-    precision: str
+    precision: str | None
     layout: str
     mig_margin: float
     mode: str
@@ -40,12 +43,13 @@ class Request:
     calibration: Calibration | None = None
 
     @classmethod
-    def checked(cls, device: str | Device, precision: str, layout: str, mig_margin: float, mode: str,
+    def checked(cls, device: str | Device, precision: str | None, layout: str, mig_margin: float, mode: str,
                 host: str | HostProfile | None, calibration: CalibrationLike = None) -> Request:
         """The request, or the DippmError of its first bad argument (each says what to do). A calibration
         (a file's path, or one loaded) must be of the device's GPU, the precision and the mode."""
         gpu = get_device(device)
-        check_precision(precision)
+        if precision is not None:
+            check_precision(precision)
         check_layout(layout)
         check_mig_margin(mig_margin)
         check_mode(mode)
@@ -53,6 +57,7 @@ class Request:
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = load_calibration(calibration)
         if calibration is not None:
+            precision = precision or calibration.precision
             calibration.check_for(gpu.whole_gpu().key, precision, mode)
         return cls(gpu, precision, layout, mig_margin, mode, host, calibration)
 
@@ -73,7 +78,7 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
     return replace(graph, source=loaded.source, family=loaded.family, warnings=loaded.warnings)
 
 
-def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
+def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str | None = None,
                   cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
                   layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
                   calibration: CalibrationLike = None) -> Prediction:
@@ -99,9 +104,12 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
 
 def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Prediction:
     """:func:`predict_graph` for a request already checked."""
-    gpu, precision, layout, mig_margin = request.gpu, request.precision, request.layout, request.mig_margin
+    graph, numbers, precision_notes = graph_at_precision(graph, request.precision)
+    gpu, precision, layout, mig_margin = request.gpu, numbers.name, request.layout, request.mig_margin
     mode, host = request.mode, request.host
     calibration = request.calibration
+    if calibration is not None and precision != request.precision:
+        calibration.check_for(gpu.whole_gpu().key, precision, mode)
     host_profile = calibration.host_profile() if calibration else get_host_profile(host)
     estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model, mode, host, calibration)
     need = required_memory(estimate.memory_mib, mig_margin)
@@ -113,7 +121,7 @@ def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Pr
         profile, reason = choice.profile, choice.reason
     memory_note = () if fits_memory else (_out_of_memory_note(estimate, gpu, graph.batch, mig_margin),)
     error_note = (estimate.error.note,) if estimate.error else ()
-    notes = memory_note + tuple(graph.warnings) + estimate.notes + fallback + error_note
+    notes = memory_note + precision_notes + tuple(graph.warnings) + estimate.notes + fallback + error_note
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mib=estimate.memory_mib, mig_profile=profile, device=gpu.key,
@@ -185,7 +193,7 @@ def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_
 
 
 def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,
-            precision: str = "fp32", *, cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN,
+            precision: str | None = None, *, cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN,
             layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
             calibration: CalibrationLike = None) -> Prediction:
     """Latency, energy, memory and MIG slice of one inference of ``batch`` inputs on ``device``.
@@ -196,9 +204,11 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     default. ``layout`` is the memory layout the model would run in: ``nchw`` (PyTorch's default) or
     ``nhwc`` (channels_last). ``mode`` and ``host``: how the operators are issued, and ``calibration`` a fit
     to the user's own measurements (:func:`predict_graph`).
-    ``precision`` is PyTorch's: ``fp32`` its defaults (TF32 in cuDNN convolutions, not in matmuls),
-    ``fp32-strict`` and ``tf32`` TF32 off or on everywhere, ``fp16`` and ``bf16`` autocast. Nothing runs
-    on a GPU and no weights are materialised.
+    ``precision`` is PyTorch's (:data:`dippm_nas.precisions.PRECISIONS`): ``fp32`` its defaults (TF32 in cuDNN
+    convolutions, not in matmuls), ``fp32-strict`` and ``tf32`` TF32 off or on everywhere, ``fp16`` and ``bf16``
+    autocast over float32 weights, ``fp16-weights`` and ``bf16-weights`` the model cast to half
+    (``model.half()``), no autocast. None is the model's own: ``fp32``, or the half-weights precision of a
+    model whose weights are all half (the notes say so). Nothing runs on a GPU and no weights are materialised.
 
     >>> p = predict("resnet18", batch=8, device="h100-sxm", precision="fp16")
     >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mib < 2000, p.fits
@@ -209,7 +219,7 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
 
 
 def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: int = 8,
-                 device: str | Device = DEFAULT_DEVICE, precision: str = "fp32", *, cost_model: str = "auto",
+                 device: str | Device = DEFAULT_DEVICE, precision: str | None = None, *, cost_model: str = "auto",
                  mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw", mode: str = "eager",
                  host: str | HostProfile | None = None, calibration: CalibrationLike = None,
                  progress: bool = False) -> list[Prediction]:
@@ -275,7 +285,7 @@ class SliceEstimate:
         return dict(vars(self))
 
 
-def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str = "fp32",
+def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str | None = None,
               cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
               input_shape: InputLike = None, batch: int = 8, layout: str = "nchw", mode: str = "eager",
               host: str | HostProfile | None = None, calibration: CalibrationLike = None) -> list[SliceEstimate]:
@@ -299,6 +309,8 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
     whole = _predict_checked(graph, request.on(gpu), cost_model)
     answered_by = whole.cost_model.split(" ")[0]  # the same model on every slice as on the whole GPU
+    graph = graph_at_precision(graph, whole.precision)[0]  # cast once, not once a slice
+    request = replace(request, precision=whole.precision)
     rows = []
     for profile in gpu.mig_profiles:
         p = _predict_checked(graph, request.on(gpu.as_slice(profile)), answered_by)

@@ -87,3 +87,31 @@ def test_callable_frontend(capsys, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     code, out, _ = _run(capsys, "predict", "my_models:tiny", "--input-shape", "3,32,32", "--json")
     assert code == 0 and json.loads(out)["model"] == "my_models:tiny"
+
+
+def test_every_precision_is_named_by_the_one_table(capsys):
+    """--help, devices --json and the NAS cost model offer the precision table's rows, and no other."""
+    from dippm_nas.integration import HardwareCostModel
+    from dippm_nas.precisions import PRECISIONS
+
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f"{p.name}: {p.description}" in text for p in PRECISIONS.values())
+    code, out, _ = _run(capsys, "devices", "--json")
+    listed = {d["key"]: d["precisions"] for d in json.loads(out)}
+    assert listed["h100-sxm"] == list(PRECISIONS) and set(listed["t4"]) == {"fp32", "fp32-strict", "fp16",
+                                                                          "fp16-weights"}
+    assert HardwareCostModel(device="h100-sxm", precision="bf16-weights").precision == "bf16-weights"
+    with pytest.raises(DippmError, match="unknown precision 'half'; choose one of: " + ", ".join(PRECISIONS)):
+        HardwareCostModel(precision="half")
+
+
+def test_a_half_model_file_is_predicted_half_from_the_cli(capsys, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 14 * 14, 10)).half().eval()
+    path = tmp_path / "half.onnx"
+    torch.onnx.export(model, (torch.randn(1, 3, 16, 16).half(),), str(path), dynamo=False)
+    code, out, _ = _run(capsys, "predict", str(path), "--batch", "4", "--device", "h100-sxm", "--precision", "fp32")
+    assert code == 0 and "fp16-weights" in out
+    assert "the model's weights are float16, so PyTorch runs it in float16 whatever fp32 sets" in out

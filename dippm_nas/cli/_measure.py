@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from dippm_nas.cli._common import parse_ints
 from dippm_nas.errors import DippmError
+from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS, precision_help
 
 #: ``measure.campaign.STEP_NAMES``, named here so that ``--help`` imports no torch (a test keeps them equal).
 STEP_NAMES = ("host", "sweep", "models", "kernels")
@@ -50,8 +52,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from dippm_nas.measure import read_manifest, run
 
     configs = read_manifest(manifest)
-    if args.quick:
-        configs = [c for c in configs if c.precision == args.precision]
+    if args.quick:  # the manifest's configurations of PyTorch's defaults, at the precision asked
+        configs = [replace(c, precision=args.precision) for c in configs if c.precision == DEFAULT_PRECISION]
     try:
         run(configs, args.out, args.device, args.budget_s, args.by, what="kernels" if args.kernels else "latency")
     except RuntimeError as exc:
@@ -66,7 +68,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     mf.add_argument("--seed", type=int, default=0)
     mf.add_argument("--per-family", type=int, default=3, help="models per timm family (default: 3)")
     mf.add_argument("--batches", default="1,8,32,128,256", help="default: 1,8,32,128,256")
-    mf.add_argument("--precisions", default="fp32,fp16", help="default: fp32,fp16")
+    mf.add_argument("--precisions", default="fp32,fp16",
+                    help=f"comma-separated, of {', '.join(PRECISIONS)} (default: fp32,fp16)")
     mf.add_argument("--from-records", metavar="CSV", nargs="?", const="data/records.csv", default=None,
                     help="draw the models from the data set's records (default data/records.csv) at the input "
                          "size they were measured at, so their featurized graphs serve the new rows too")
@@ -79,8 +82,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--quick", action="store_true",
                     help="instead of --manifest: the ten configurations (timm models at batch 1 to 256) that "
                          "`dippm-nas calibrate` fits a GPU and its host best with, a few minutes")
-    me.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
-                    help="with --quick: the precision to measure, the one the calibration is for (default: fp32)")
+    me.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
+                    help=f"with --quick: the precision to measure, the one the calibration is for: {precision_help()} "
+                         f"(default: {DEFAULT_PRECISION})")
     me.add_argument("--out", required=True, help="CSV to append to, e.g. data/measurements/h100.csv")
     me.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the harness (default: cuda)")
     me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
@@ -94,7 +98,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "sweep", help="time single operators over a seeded sample of shapes and precisions (cost-model data)",
         description="Times single operators (GEMM, batched GEMM, conv2d, attention, normalisations, elementwise, "
                     "reductions, pooling) over a seeded, stratified sample of the shapes real models give them, "
-                    "each at every precision (fp32, fp16, bf16, fp32-strict, tf32), and appends one row per "
+                    f"each at every precision ({', '.join(PRECISIONS)}), and appends one row per "
                     "point with its FLOPs, bytes and provenance: the ground truth of a per-operator cost model. "
                     "The order is round-robin over operators and precisions, so a run cut short still covers them "
                     "all; a rerun with the same --seed skips the points already in --out. Needs only torch, timm "
@@ -111,7 +115,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     ca = sub.add_parser(
         "campaign", help="spend a few minutes of a GPU on every kind of ground truth, resumably",
         description="One command for a session on a GPU: the host's per-operator cost, an operator sweep, the model "
-                    "manifest (fp32 and fp16 at batch 1, 8, 64, 256 first, then bf16 and fp32-strict; the data set's "
+                    "manifest (fp32, fp16 and fp16-weights at batch 1, 8, 64, 256 first, then bf16, bf16-weights and "
+                    "fp32-strict; the data set's "
                     "least-measured families first) and kernel profiles, each step given its share of the time "
                     "left when it starts, each appending to a file of its own under --out-dir and resuming where "
                     "the last session stopped. --plan prints the time split without measuring. Needs only torch, "

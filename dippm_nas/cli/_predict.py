@@ -30,6 +30,7 @@ examples:
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
     from dippm_nas.hardware.registry import LAYOUTS, PRECISIONS
+    from dippm_nas.precisions import precision_help
 
     parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
                                       "'module:factory' or 'hf:<type>'")
@@ -40,7 +41,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=8, help="batch size (default: 8)")
     parser.add_argument("--device", default="a100-40gb",
                         help="GPU key from `dippm-nas devices`, or KEY:PROFILE for a MIG slice (default: a100-40gb)")
-    parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="default: fp32")
+    parser.add_argument("--precision", default=None, choices=list(PRECISIONS),
+                        help=f"as PyTorch runs the model: {precision_help()} (default: the model's own, fp32 or, "
+                             "for a model whose weights are all half, its half-weights precision)")
     parser.add_argument("--layout", default="nchw", choices=list(LAYOUTS),
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
@@ -155,7 +158,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
                                     "energy_j": "J per batch", "energy_j_per_sample": "J per sample"}}, indent=2))
         return 0
     fits = "fits" if whole.fits else "does NOT fit"
-    print(f"{graph.name} at batch {graph.batch}, {args.precision}, on {whole.device}: {whole.memory_mib:,.0f} MiB "
+    print(f"{graph.name} at batch {graph.batch}, {whole.precision}, on {whole.device}: {whole.memory_mib:,.0f} MiB "
           f"predicted ({fits} the whole GPU's {whole.memory_available_mib:,.0f} MiB), smallest fitting profile: "
           f"{whole.mig_profile or 'none'}")
     print(f"cost model, the same for the whole GPU and every slice: {whole.cost_model}\n")

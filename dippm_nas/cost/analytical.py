@@ -24,8 +24,11 @@ the latency and :math:`u_i` the fraction of :math:`t_i` the bounding unit is bus
 ``torch.autocast``: each operator moves its activations in the precision autocast runs it in (its kind's
 policy in the operator registry: convolutions and matrix products in the lower precision, normalisations in
 float32, everything else in the widest type of its inputs, so a transformer's residual stream stays
-float32) and pays the casts between them. A tensor-core convolution on NCHW activations at half precision
-also pays the transpose of its input that cuDNN runs before it.
+float32) and pays the casts between them. A model whose own tensors are half (its weights cast with
+``model.half()``) pays no cast: each operator moves its tensors at their own dtypes, and a matrix product or
+convolution of half operands runs on the tensor cores of that dtype whatever the precision's flags. A
+tensor-core convolution on NCHW activations at half precision also pays the transpose of its input that
+cuDNN runs before it.
 Memory is the CUDA context and the peak of the segments PyTorch's caching allocator reserves when it
 serves the library workspace, the weights, the inputs and then the operators' outputs and transient
 buffers in execution order (:mod:`dippm_nas.cost.allocator`), each output freed when eager frees it:
@@ -47,12 +50,13 @@ from dippm_nas.cost.allocator import MIB, replay
 from dippm_nas.cost.base import Estimate, MemoryBreakdown, NodeCost
 from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.host import HostProfile, get_host_profile, host_seconds
-from dippm_nas.cost.table import FULL_BYTES, NodeTable, node_table
+from dippm_nas.cost.table import FULL_BYTES, HALF_BYTES, HALF_OPERAND_DTYPES, NodeTable, node_table
 from dippm_nas.graph import operators
+from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.operators.attention import math_fallback_cost
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
-from dippm_nas.precisions import TF32_FLAGS, precision_named
+from dippm_nas.precisions import HALF_FORMATS, TF32_FLAGS, precision_named
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
@@ -201,14 +205,29 @@ def peak_tflops(library: str | None, device: Device, precision: str) -> float:
     return device.tensor_tflops(precision)
 
 
+def _half_peaks(table: NodeTable, device: Device) -> np.ndarray:
+    """Per operator, the tensor-core peak (FLOP/s) of the half dtype its operands are in (the model's own, not
+    autocast's), 0 where they are not half or the spec sheet has no such tensor cores."""
+    peaks = [0.0, *((getattr(device, f"{HALF_FORMATS[dtype]}_tflops") or 0.0) * 1e12 for dtype in HALF_OPERAND_DTYPES)]
+    return np.asarray(peaks)[table.operand_half]
+
+
+def _tensor_core_units(table: NodeTable, precision: str) -> np.ndarray:
+    """Per operator, the tensor cores its arithmetic would run on, by format: the half dtype of its own
+    operands, else the precision's half format, else TF32."""
+    numbers = precision_named(precision)
+    formats = [HALF_FORMATS[numbers.half_dtype] if numbers.half_dtype else "tf32",
+               *(HALF_FORMATS[dtype] for dtype in HALF_OPERAND_DTYPES)]
+    return np.asarray([f"tensor cores ({name.upper()})" for name in formats])[table.operand_half]
+
+
 def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: str) -> np.ndarray:
     """Per operator, the unit the roofline priced its arithmetic on, from the peak it used (``Roofline.peak``):
     tensor cores (TF32, FP16, BF16) where that peak is above the FP32 one, the CUDA cores otherwise
     (in FP32 for a matrix product, attention or convolution kept off the tensor cores); '' for a view."""
     can_use_tensor_cores = _library_kinds(table)
     tensor = can_use_tensor_cores & (peak != device.fp32_tflops * 1e12)
-    label = precision.upper() if precision_named(precision).autocast else "TF32"
-    units = np.where(tensor, f"tensor cores ({label})",
+    units = np.where(tensor, _tensor_core_units(table, precision),
                      np.where(can_use_tensor_cores, "CUDA cores (FP32)", "CUDA cores"))
     return np.where(table.is_view, "", units).astype(object)  # Python strings, as a NodeCost holds them
 
@@ -308,6 +327,7 @@ class AnalyticalCostModel:
         half, h, f = numbers.autocast, numbers.element_bytes, FULL_BYTES
         tensor_core = _library_kinds(table)
         kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
+        own_half = table.half_operands  # operands half as the model has them, whatever the precision
         if half:
             # Autocast runs each operator in its own precision and casts activations between them
             # (each kind's autocast policy). It also casts each fp32 weight of an operator a library runs
@@ -329,16 +349,24 @@ class AnalyticalCostModel:
                 kernels += transposed
         else:
             moved = (table.f32_read + table.f32_written) * f + table.other_bytes + table.weight_bytes
-        math_moved, math_kernels, _, float32_math = math_fallback_cost(table.math_fallback, half, h, release)
+            if layout == "nchw" and own_half.any():  # cuDNN's transpose, as under autocast, at the model's dtype
+                transposed = np.where(own_half, table.nchw_transposed_numel, 0.0)
+                moved = moved + transposed * HALF_BYTES * 2
+                kernels += transposed > 0
+        math_moved, math_kernels, _, float32_math = math_fallback_cost(
+            table.math_fallback, numbers.half_dtype is not None, h, release)
         moved = moved + math_moved
         kernels += math_kernels
         peaks = np.array([peak_tflops(lib, device, precision) for lib in operators.kind_table().library]) * 1e12
+        peak = peaks[table.kind]
+        if own_half.any():  # a library's product of half operands runs on that dtype's tensor cores
+            half_peak = _half_peaks(table, device)
+            peak = np.where(own_half & tensor_core & (half_peak > 0), half_peak, peak)
         # A convolution whose channels per group keep it off the tensor cores (depthwise, an RGB
         # stem) runs on the CUDA cores; at half precision cuDNN's kernels for it compute in float32
         # ("pseudo-half": half storage, float32 arithmetic). So does math attention's float32 GEMM.
         on_math = table.math_fallback[:, 0] > 0
-        peak = np.where(table.cuda_core_conv | (on_math & float32_math), device.fp32_tflops * 1e12,
-                        peaks[table.kind])
+        peak = np.where(table.cuda_core_conv | (on_math & float32_math), device.fp32_tflops * 1e12, peak)
         compute_s = table.flops / peak
         memory_s = moved / (device.memory_bw_gbs * 1e9)
         overhead_s = kernels * KERNEL_OVERHEAD_US * 1e-6
@@ -374,9 +402,15 @@ class AnalyticalCostModel:
         (``NodeTable.nhwc_output_bytes``), as VGG11's measured peak shows. Eager's math attention holds
         its float32 scores and copies (:func:`~dippm_nas.graph.operators.attention.math_fallback_cost`)."""
         numbers = precision_named(precision)
-        held = math_fallback_cost(table.math_fallback, numbers.autocast, numbers.element_bytes, release)[2]
+        held = math_fallback_cost(table.math_fallback, numbers.half_dtype is not None, numbers.element_bytes,
+                                  release)[2]
         if not numbers.autocast:
-            return np.zeros((len(table), 1)), held
+            own_half = table.half_operands  # a model's own half convolutions hold cuDNN's copies too, no cast
+            if not own_half.any():
+                return np.zeros((len(table), 1)), held
+            return np.zeros((len(table), 1)), np.column_stack([
+                np.where(own_half, table.nhwc_copy_numel * float(HALF_BYTES), 0.0),
+                np.where(own_half, table.nhwc_output_bytes(None), 0.0), held])
         h = numbers.element_bytes
         weight = np.where(_library_kinds(table), table.weight_numel * float(h), 0.0)
         return (np.column_stack([weight, table.autocast.copies(h)]),
@@ -426,6 +460,7 @@ class AnalyticalCostModel:
         and (``error``) the model's latency error on the measured records most like the request
         (:mod:`dippm_nas.cost.error_table`).
 
+        A precision of half weights prices the graph cast to them (:func:`~dippm_nas.graph.cast.graph_at_precision`).
         Raises :class:`~dippm_nas.errors.DippmError` for an unknown precision or layout, or a precision
         the device has no tensor cores for.
 
@@ -439,6 +474,7 @@ class AnalyticalCostModel:
         """
         check_precision(precision)
         check_layout(layout)
+        graph = graph_at_precision(graph, precision)[0]
         table = node_table(graph)
         roofline = self.roofline(table, device, precision, layout, mode=mode, host=host)
         estimate = self.summarize(table, roofline, device, precision, graph, host=host)

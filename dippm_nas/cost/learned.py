@@ -5,7 +5,8 @@ one); a prediction is the geometric mean of theirs. It answers for every GPU of 
 reads a GPU through its spec sheet, so a GPU its records never measured, or one added to the registry as a
 CSV row, is predicted without retraining, and its notes say so and cite the error measured on GPUs held
 out of training. A precision without records is read as its stand-in (the precision table's,
-:mod:`dippm_nas.precisions`), and a MIG slice as its whole GPU (no slice was measured): the correction
+:mod:`dippm_nas.precisions`; a model of half weights read as fp16 is read with float32 weights under autocast,
+as those records ran), and a MIG slice as its whole GPU (no slice was measured): the correction
 the network gives what it read applies to the request's own roofline (a 7g slice, which has every SM,
 predicts as its GPU does). Where the card has neither the precision nor its stand-in, or its weights were
 trained on other inputs than this version computes (:mod:`dippm_nas.cost.card`), it raises
@@ -37,9 +38,10 @@ from dippm_nas.cost.pmgns import FUSED_PREFIX, PMGNS, TARGETS, FusedSage, log_la
 from dippm_nas.cost.table import node_table
 from dippm_nas.cost.threads import one_thread
 from dippm_nas.graph import operators
+from dippm_nas.graph.cast import cast_floats, graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
-from dippm_nas.precisions import precision_named
+from dippm_nas.precisions import FULL_DTYPE, precision_named
 
 
 @cache
@@ -164,12 +166,14 @@ class PMGNSCostModel:
             raise NotCovered(f"{graph.name or 'the model'} runs no operators")
         gpu = device.whole_gpu()
         read_precision = read_as(precision, self.card.precisions)
+        graph = graph_at_precision(graph, precision)[0]
+        read_graph = _as_read(graph, precision, read_precision)
         table = node_table(graph)  # its per-sample columns are the batch-1 graph's
         request = {"batch": graph.batch, "device": gpu.key, "precision": read_precision, "layout": layout,
                    "torch": self.card.runtime(gpu.key)}
-        inputs = record_inputs(table, request, self.analytical)
+        inputs = record_inputs(node_table(read_graph), request, self.analytical)
         with torch.inference_mode(), one_thread():
-            out = self._correction(graph, inputs)  # [members, targets]
+            out = self._correction(read_graph, inputs)  # [members, targets]
             execution = {"mode": check_mode(mode), "host": host}
             if (device.slice_of or read_precision != precision or mode != "eager"
                     or get_host_profile(host).name != DEFAULT_HOST):
@@ -226,6 +230,15 @@ class PMGNSCostModel:
         x = self.card.node_scaling(node_feature_matrix(node_table(graph)))
         one_graph = torch.zeros(len(x), dtype=torch.long), torch.zeros(1, dtype=torch.long)  # batch, graph_of
         return torch.cat([model(x, adj, *one_graph, static, time_share) for model in self.models])
+
+
+def _as_read(graph: ModelGraph, precision: str, read_precision: str) -> ModelGraph:
+    """The graph the network reads a request at ``precision`` as, at ``read_precision``: a model of half weights
+    read as autocast's records ran theirs, with float32 weights; any other as it is."""
+    weights = precision_named(precision).weights_dtype
+    if weights is None or precision_named(read_precision).weights_dtype is not None:
+        return graph
+    return cast_floats(graph, weights, FULL_DTYPE)
 
 
 def _learned_label(learned: list[str]) -> str:

@@ -24,6 +24,11 @@ from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
 TIME_SHARES = tuple(b for b in BOUNDS if b != "free")
 
 
+#: The precisions with a one-hot column of their own: the network reads a model of half weights as its
+#: stand-in (:func:`dippm_nas.cost.coverage.read_as`), whose records it learned from.
+PRECISION_COLUMNS = tuple(name for name, p in PRECISIONS.items() if p.weights_dtype is None)
+
+
 def device_features(device: Device, precision: str) -> dict[str, float]:
     """A device's spec sheet as the learned model reads it: logs of its peaks (the tensor cores' at
     ``precision``), bandwidth, SMs, L2, TDP and memory."""
@@ -68,7 +73,7 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
              for k, v in static_features(table).items()}
     feats["batch"] = math.log(record_like["batch"])
     feats.update(device_features(device, precision))
-    for p in PRECISIONS:
+    for p in PRECISION_COLUMNS:
         feats[f"precision={p}"] = float(precision == p)
     feats["layout_nhwc"] = float(record_like["layout"] == "nhwc")
     feats["torch_version"] = _torch_version(record_like["torch"])

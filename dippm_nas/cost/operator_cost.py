@@ -33,8 +33,9 @@ from dippm_nas.cost.kernel_structure import (
     KernelColumns,
     winograd_eligible,
 )
-from dippm_nas.cost.table import FULL_BYTES, SHAPE_COLUMNS, NodeTable, node_table
+from dippm_nas.cost.table import FULL_BYTES, HALF_BYTES, SHAPE_COLUMNS, NodeTable, node_table
 from dippm_nas.graph import operators
+from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device, check_layout, check_precision
 from dippm_nas.precisions import precision_named
@@ -79,10 +80,12 @@ def kernel_columns(table: NodeTable, peak: np.ndarray, device: Device, precision
     numbers = precision_named(precision)
     group = kernel_groups(table)
     lower = numbers.autocast & ~table.autocast.stays_f32
-    element_bytes = np.where(lower, float(numbers.element_bytes), float(FULL_BYTES))
+    own_half = table.half_operands  # a model's own half tensors: half bytes and half tensor cores, no autocast
+    element_bytes = np.where(lower, float(numbers.element_bytes), np.where(own_half, float(HALF_BYTES),
+                                                                           float(FULL_BYTES)))
     moved = (table.f32_read + table.f32_written + table.weight_numel) * element_bytes + table.other_bytes
     tensor = peak > device.fp32_tflops * 1e12 * 1.001
-    tensor_unit = UNITS.index("tensor_half" if numbers.autocast else "tensor_tf32")
+    tensor_unit = np.where(own_half | numbers.autocast, UNITS.index("tensor_half"), UNITS.index("tensor_tf32"))
     unit = np.where(tensor, tensor_unit, UNITS.index("cuda_cores"))
     shape = table.shape_attrs
     kernel = shape[:, SHAPE_COLUMNS.index("kernel_h")]
@@ -155,7 +158,7 @@ class OperatorCostModel:
                       mode: str = "eager", host: str | HostProfile | None = None) -> LatencyParts:
         """What a calibration scales, per operator in issue order: the GPU seconds of the GEMM-class kernels
         and of the others, and the host's seconds to issue each."""
-        table = node_table(graph)
+        table = node_table(graph_at_precision(graph, precision)[0])
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
         seconds, gemm_class = self.timed_operators(table, roofline, device, precision)
         return LatencyParts(np.where(gemm_class, seconds, 0.0), np.where(gemm_class, 0.0, seconds), roofline.host_s,
@@ -177,6 +180,7 @@ class OperatorCostModel:
             raise NotCovered(reason)
         if calibration is not None:
             host = calibration.host_profile()
+        graph = graph_at_precision(graph, precision)[0]
         table = node_table(graph)
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
         timed = replace(roofline, time_s=self.operator_seconds(table, roofline, device, precision, calibration))
@@ -207,7 +211,7 @@ class OperatorCostModel:
                          f"peaks, bandwidth, L2, TDP, process, generation); docs/operators.md gives its error on GPUs "
                          "held out of its training")
         numbers = precision_named(precision)
-        if numbers.autocast or numbers.tf32["cublas"] or numbers.tf32["cudnn"]:
+        if numbers.half_dtype or numbers.tf32["cublas"] or numbers.tf32["cudnn"]:
             # the operator sweeps name operators by the registry's kinds, NeuSight's fp32 corpus by its own
             swept = sorted(g for g, ops in trained.items() if any(op in ops for op in ("mm", "sdpa")))
             records = ", ".join(sorted(card["records"]))

@@ -25,7 +25,7 @@ import numpy as np
 from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF, dtype_bytes
-from dippm_nas.precisions import FULL_DTYPE, autocast_element_sizes
+from dippm_nas.precisions import FULL_DTYPE, HALF_FORMATS, autocast_element_sizes
 
 MAX_RANK = 5
 SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
@@ -46,6 +46,11 @@ _SHAPED_ATTRS = frozenset({*SPATIAL_ATTRS, "groups"})
 ALLOCATOR_BLOCK_BYTES = 512
 #: Bytes of an element outside autocast.
 FULL_BYTES = dtype_bytes(FULL_DTYPE)
+#: The half dtypes an operator's operands may be in: ``NodeTable.operand_half`` is a position here plus one.
+HALF_OPERAND_DTYPES = tuple(HALF_FORMATS)
+#: Bytes of an element of a half dtype, float16 and bfloat16 alike.
+(HALF_BYTES,) = {dtype_bytes(dtype) for dtype in HALF_OPERAND_DTYPES}
+_HALF_CODE = {dtype: i + 1 for i, dtype in enumerate(HALF_OPERAND_DTYPES)}
 
 
 def _indices() -> tuple[dict[str, int], dict[str, int]]:
@@ -100,6 +105,13 @@ def _kernels(node: Node) -> int:
     return spelling.kernels(list(node.inputs), list(node.outputs), node.attrs) if spelling and spelling.kernels else 1
 
 
+def _operand_half(node: Node) -> int:
+    """The half dtype an operator's arithmetic reads, as a code (``NodeTable.operand_half``): its first
+    activation's, or its first weight's where it reads none; 0 for float32 or any other dtype."""
+    operands = node.inputs or node.weights
+    return _HALF_CODE.get(operands[0].dtype, 0) if operands else 0
+
+
 def _hooked(kind: np.ndarray, hook: str) -> list[int]:
     """The positions of the operators whose registry entry has this per-node hook."""
     return np.flatnonzero(np.isin(kind, operators.kind_table().hooks[hook])).tolist()
@@ -133,6 +145,9 @@ class NodeTable:
     serial_iterations: np.ndarray  # iterations each thread runs in turn (the ``serial_loop`` hook), else 0
     serial_blocks: np.ndarray  # the thread blocks of such a kernel
     kernels: np.ndarray
+    #: the half dtype its arithmetic reads, whatever the precision (a model built half): 0 for none, else a
+    #: position in HALF_OPERAND_DTYPES plus one
+    operand_half: np.ndarray
     math_fallback: np.ndarray  # [n, 6]: the ``math_fallback`` hook's columns, else zeros
     gemm: np.ndarray  # [n, 4]: batches, M, N, K of the GEMM an operator runs (the ``gemm`` hook), else zeros
     rows: np.ndarray  # [n, 2]: rows and row length a reduction or normalisation works through (``rows``), else zeros
@@ -154,6 +169,11 @@ class NodeTable:
     param_bytes: int
 
     @property
+    def half_operands(self) -> np.ndarray:
+        """A mask: the operators whose arithmetic reads half tensors of the model's own (not autocast's)."""
+        return self.operand_half > 0
+
+    @property
     def nhwc_copy_numel(self) -> np.ndarray:
         """The input elements of which cuDNN holds an NHWC copy while a tensor-core convolution on NCHW
         activations runs: every 2-D one's but a 1x1, stride-1 one's, whose GEMM reads NCHW as it is."""
@@ -167,10 +187,11 @@ class NodeTable:
         in a precision of ``element_bytes`` an element."""
         return self.alloc_bytes[element_bytes]
 
-    def nhwc_output_bytes(self, element_bytes: int) -> np.ndarray:
-        """Under autocast, the bytes of the NHWC output cuDNN writes and then transposes to NCHW for a
-        convolution of one group whose channels keep it off its NCHW tensor-core kernels (an RGB
-        stem), held while it runs; 0 for every other operator."""
+    def nhwc_output_bytes(self, element_bytes: int | None) -> np.ndarray:
+        """At half precision (under autocast at ``element_bytes``, or a model's own half dtypes with None), the
+        bytes of the NHWC output cuDNN writes and then transposes to NCHW for a convolution of one group whose
+        channels keep it off its NCHW tensor-core kernels (an RGB stem), held while it runs; 0 for every
+        other operator."""
         return np.where(self.cuda_core_conv & (self.shape_attrs[:, _GROUPS] == 1), self.allocations(element_bytes),
                         0.0)
 
@@ -238,6 +259,7 @@ class NodeTable:
         return cls(
             batch=graph.batch, kind=kind, category=category, is_view=is_view, has_weights=has_weights,
             kernels=np.fromiter(map(_kernels, nodes), dtype=np.float64, count=n), nchw_transposed_numel=transposed,
+            operand_half=np.fromiter(map(_operand_half, nodes), dtype=np.int64, count=n),
             cuda_core_conv=cuda_core_conv, math_fallback=columns["math_fallback"], gemm=columns["gemm"],
             rows=columns["rows"],
             serial_iterations=serial[:, 0], serial_blocks=serial[:, 1],
@@ -280,7 +302,8 @@ class NodeTable:
 #: The columns of a :class:`NodeTable` that are each operator's own, whatever the graph around it.
 _PER_OPERATOR = ("category", "flops", "other_bytes", "weight_numel", "weight_bytes", "weight_tensor_bytes",
                  "has_weights", "nchw_transposed_numel", "cuda_core_conv", "serial_iterations", "serial_blocks",
-                 "kernels", "math_fallback", "gemm", "rows", "flops1", "read1", "written1", "out_dims1", "shape_attrs")
+                 "kernels", "operand_half", "math_fallback", "gemm", "rows", "flops1", "read1", "written1", "out_dims1",
+                 "shape_attrs")
 
 
 def _eager_columns(attrs: list[dict[str, object]]) -> tuple[np.ndarray, np.ndarray]:

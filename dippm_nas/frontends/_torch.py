@@ -37,6 +37,7 @@ from tvm.relax.frontend.torch.exported_program_translator import ExportedProgram
 from dippm_nas.errors import ExportError, one_line
 from dippm_nas.frontends._decompose import decompose_unknown
 from dippm_nas.frontends._eager_liveness import eager_holds
+from dippm_nas.frontends._half_gemms import half_gemms_stay_half
 from dippm_nas.frontends._repeated import export_spliced, splice
 from dippm_nas.graph import operators
 from dippm_nas.inputs import InputSpec
@@ -84,7 +85,8 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
     """TVM's importer, minus the step that copies parameter data into constants.
 
     A converter that fails on one node (TVM's type inference can be stricter than PyTorch about
-    dtypes) falls back to a generic node for that node alone, and the failure is noted.
+    dtypes) falls back to a generic node for that node alone, and the failure is noted; the operators it
+    emitted before it failed, which nothing reads, are dropped.
     """
 
     def convert(self, program: torch.export.ExportedProgram, graph: fx.GraphModule,
@@ -107,6 +109,8 @@ class _ShapeOnlyImporter(ExportedProgramImporter):
             user = self._user_outputs(program, list(outputs))
             builder.emit_func_output(user[0] if len(user) == 1 else relax.Tuple(user))
         mod = builder.get()
+        if self.fallbacks:  # what a failed converter emitted before it raised is read by nothing: no operator
+            mod["main"] = relax.analysis.remove_all_unused(mod["main"])
         holds = self._held_vars(nodes, eager_holds(nodes))
         if holds:
             mod["main"] = mod["main"].with_attr(EAGER_HOLDS_ATTR, holds)
@@ -364,6 +368,14 @@ def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
     """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings."""
     args = example_inputs(inputs, batch, module_device(module))
     program, graph = _exported(module, args, name, _shapes(inputs, args))
+    with half_gemms_stay_half():
+        return _imported(program, graph, name)
+
+
+def _imported(program: torch.export.ExportedProgram, graph: fx.GraphModule,
+              name: str) -> tuple[object, tuple[str, ...]]:
+    """:func:`torch_to_relax` once the model is exported: its unknown operators decomposed or kept
+    generic, then TVM's importer."""
     known = {**ExportedProgramImporter().convert_map, **EXTRA_CONVERTERS}
     def kept(node: fx.Node) -> bool:  # converted by TVM or by us, or a kind of the registry's
         return _op_name(node) in known or operators.lookup_aten(_op_name(node)) is not None

@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from dippm_nas.graph import operators
-from dippm_nas.graph.tensor import Tensor
+from dippm_nas.graph.tensor import FLOATING_DTYPES, Tensor
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,14 @@ class ModelGraph:
     def activation_bytes(self) -> int:
         """Bytes of every tensor an operator writes (views write none): DIPPM's 'activations'."""
         return sum(n.bytes_written for n in self.nodes if not n.is_view)
+
+    @cached_property
+    def float_weight_dtypes(self) -> frozenset[str]:
+        """The floating dtypes of its weights: parameters and constants of more than one element (a scalar
+        constant keeps its own dtype whatever the model is cast to). Read once per graph, as every prediction
+        asks (:func:`dippm_nas.graph.cast.graph_at_precision`)."""
+        return frozenset(t.dtype for node in self.nodes for t in node.weights
+                         if t.dtype in FLOATING_DTYPES and t.numel > 1)
 
     @cached_property
     def consumers(self) -> dict[int, tuple[int, ...]]:

@@ -17,6 +17,9 @@ DTYPE_BYTES: dict[str, int] = {
     "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
+#: The floating dtypes, those ``model.to(dtype)`` casts.
+FLOATING_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
+
 #: A node attribute: for how many steps after its own PyTorch eager keeps the node's output (a module
 #: call still running holds it as an argument, or a local variable of a function still running does);
 #: set by the torch frontend.

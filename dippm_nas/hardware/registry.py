@@ -90,7 +90,7 @@ class Device:
         """The precisions of :data:`PRECISIONS` the spec sheet gives a peak for (fp32 always has one).
 
         >>> get_device("v100").precisions
-        ('fp32', 'fp32-strict', 'fp16')
+        ('fp32', 'fp32-strict', 'fp16', 'fp16-weights')
         """
         return tuple(name for name, p in PRECISIONS.items() if getattr(self, f"{p.peak_column}_tflops"))
 
@@ -174,6 +174,7 @@ class Device:
             "process_nm": self.process_nm,
             "verified": self.verified,
             "note": self.note,
+            "precisions": list(self.precisions),
             "mig_profiles": [vars(p) | {"usable_mib": p.usable_mib} for p in self.mig_profiles],
         }
 

@@ -26,6 +26,8 @@ class HardwareCostModel:
 
     ``cache`` is a :class:`GraphCache`, a path to a SQLite file shared by all workers, or None for a
     private in-memory cache; ``use_cache=False`` featurizes every candidate whole, from scratch.
+    ``precision`` is one of :data:`dippm_nas.precisions.PRECISIONS`, None for each candidate's own (``fp32``, or
+    the half-weights precision of a candidate whose weights are all half; :func:`dippm_nas.predict`).
     ``cost_model="auto"`` takes the learned model wherever it answers and the analytical one elsewhere.
     ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU, or
     ``cuda-graphs``), and ``calibration`` a fit to the user's own measurements of the GPU,
@@ -42,7 +44,7 @@ class HardwareCostModel:
     ('a100-40gb', 8, True, '1g.5gb')
     """
 
-    def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str = "fp32",
+    def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str | None = None,
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
                  use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
                  mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None,
@@ -52,7 +54,7 @@ class HardwareCostModel:
 
         check_batch(batch)
         request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
-        self.device, self.precision, self.layout, self.mode = request.gpu, precision, layout, mode
+        self.device, self.precision, self.layout, self.mode = request.gpu, request.precision, layout, mode
         self.host = get_host_profile(host).name
         self.calibration = request.calibration
         self.batch = batch

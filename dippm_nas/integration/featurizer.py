@@ -29,11 +29,14 @@ from dippm_nas.integration.candidate import Block, Candidate
 
 
 def _model_key(model: Any, inputs: InputLike, batch: int) -> str:
-    """A whole-model key: the name for a timm/ONNX/hf model, class and structure for a module."""
+    """A whole-model key: the name for a timm/ONNX/hf model; for a module, its class, its structure and its
+    weights' dtypes (a module's repr does not show them, and a half model is another graph)."""
     if isinstance(model, str):
         described = model
     else:
-        described = f"{type(model).__module__}.{type(model).__qualname__}\n{model!r}"
+        tensors = [*getattr(model, "parameters", list)(), *getattr(model, "buffers", list)()]
+        dtypes = sorted({str(t.dtype) for t in tensors})
+        described = f"{type(model).__module__}.{type(model).__qualname__}\n{model!r}\n{dtypes}"
     digest = hashlib.sha256(f"{described}|{inputs!r}".encode()).hexdigest()[:32]
     return f"model:{digest}:b{batch}:g{graph_version()}"
 

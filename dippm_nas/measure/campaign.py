@@ -4,11 +4,11 @@ stated order and time split, each resumed where the last session stopped.
 A session on a GPU is short (minutes), so the campaign spends it in the order that buys the
 most per minute: the host's per-operator cost first (seconds, and every model row needs it), then an
 operator sweep (thousands of timings a minute, the learned model's operator-level data), then the
-model manifest (whole-model latency, energy and NVML memory: fp32 and fp16 at batch 1, 8, 64 and 256
-first, then bf16 and fp32-strict), then kernel profiles. Each step's budget is its share of what is
-left when it starts, so a step that finishes early (everything already measured) hands its time on.
-Every step appends to a file of its own under ``out_dir`` and skips what that file holds: a second
-session continues the first.
+model manifest (whole-model latency, energy and NVML memory: fp32, fp16 autocast and fp16 weights at
+batch 1, 8, 64 and 256 first, then bf16, bf16 weights and fp32-strict), then kernel profiles. Each step's
+budget is its share of what is left when it starts, so a step that finishes early (everything already
+measured) hands its time on. Every step appends to a file of its own under ``out_dir`` and skips what
+that file holds: a second session continues the first.
 
 Files, for a GPU whose name slugs to ``nvidia-h100-80gb-hbm3``::
 
@@ -42,10 +42,11 @@ from dippm_nas.measure.runner import COLUMNS, append_rows, measured_keys, run
 from dippm_nas.measure.sweep import run_sweep
 
 #: The batch sizes and precisions of the campaign's model manifest, in the order they are measured:
-#: PyTorch's fp32 defaults and fp16 autocast for every model first, then bf16 and strict fp32.
+#: PyTorch's fp32 defaults, fp16 autocast and the model cast to fp16 for every model first, then bf16 (autocast
+#: and cast) and strict fp32.
 CAMPAIGN_BATCHES = (1, 8, 64, 256)
-FIRST_PRECISIONS = ("fp32", "fp16")
-LATER_PRECISIONS = ("bf16", "fp32-strict")
+FIRST_PRECISIONS = ("fp32", "fp16", "fp16-weights")
+LATER_PRECISIONS = ("bf16", "bf16-weights", "fp32-strict")
 
 #: Columns of the host-cost file.
 HOST_COLUMNS = ["key", "kind", "precision", "host_us", "gpu_us", "chain", "error", "device_kind", "gpu_name",
@@ -67,7 +68,8 @@ class Step:
 PLAN = (
     Step("host", 0.05, "eager's per-operator host cost, once (a few seconds)", cap_s=60.0),
     Step("sweep", 0.35, "operator sweep: GEMM, conv, norms, attention... at every precision"),
-    Step("models", 0.85, "the model manifest: fp32 and fp16 first, then bf16 and fp32-strict"),
+    Step("models", 0.85, "the model manifest: fp32, fp16 and fp16-weights first, then bf16, bf16-weights and "
+                         "fp32-strict"),
     Step("kernels", 1.0, "kernel profiles of one model per family (torch.profiler)"),
 )
 
@@ -174,8 +176,8 @@ def held_by_older_files(out_dir: Path, slug: str, rows_file: Path) -> set[str]:
 
 def campaign_manifest(records_csv: str | Path, seed: int = 0, per_family: int = 2) -> list[MeasureConfig]:
     """The models of the data set (at the input size they were measured at), families with the fewest
-    records first; every model at fp32 and fp16 first, then the same models at bf16 and fp32-strict,
-    each at CAMPAIGN_BATCHES."""
+    records first; every model at FIRST_PRECISIONS first, then the same models at LATER_PRECISIONS, each at
+    CAMPAIGN_BATCHES."""
     records = Path(records_csv)
     first = records_manifest(records, seed, per_family, CAMPAIGN_BATCHES, FIRST_PRECISIONS)
     later = records_manifest(records, seed, per_family, CAMPAIGN_BATCHES, LATER_PRECISIONS)

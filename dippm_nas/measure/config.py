@@ -16,17 +16,18 @@ class MeasureConfig:
     """What to run: a model (timm name or ``module:factory``), its input, batch and precision.
 
     ``input_shape`` leaves the batch out; ``precision`` is one of ``PRECISIONS`` (those of
-    ``dippm_nas.measure.precision``: the harness runs each as PyTorch does, TF32 flags and autocast).
+    ``dippm_nas.measure.precision``: the harness runs each as PyTorch does, TF32 flags, autocast, or the model
+    cast to half).
 
     >>> cfg = MeasureConfig("resnet18", batch=8, precision="fp16")
     >>> cfg.key
     'timm:resnet18|3x224x224|b8|fp16|nchw'
     >>> MeasureConfig("resnet18", precision="fp32-strict").key
     'timm:resnet18|3x224x224|b1|fp32-strict|nchw'
-    >>> MeasureConfig("resnet18", precision="int8")
+    >>> MeasureConfig("resnet18", precision="int8")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: precision 'int8' is not one of ('fp32', 'fp16', 'bf16', 'fp32-strict', 'tf32')
+    ValueError: precision 'int8' is not one of ('fp32', 'fp16', 'bf16', 'fp16-weights', ..., 'tf32')
     """
 
     model: str

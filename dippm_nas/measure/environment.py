@@ -18,7 +18,8 @@ from dippm_nas.measure.gpu_state import nvml
 PROTOCOL = (
     "dippm-nas-v4: random weights, eval, inference_mode; each configuration under its precision's mode "
     "(precision.running_in: fp32 = PyTorch's defaults, cuDNN TF32 on and matmul TF32 off; fp32-strict TF32 off; "
-    "tf32 TF32 on; fp16/bf16 torch.autocast), the flags it ran under recorded per row; before the first "
+    "tf32 TF32 on; fp16/bf16 torch.autocast; fp16-weights/bf16-weights the model and its input cast to half, no "
+    "autocast), the flags it ran under recorded per row; before the first "
     f"configuration the GPU runs fp16 matmuls until {gpu_state.SETTLE_SAMPLES} SM clock readings in a row are "
     f"within {gpu_state.SETTLE_TOLERANCE:.0%} (>= {gpu_state.SETTLE_MIN_S:g} s, at most {gpu_state.SETTLE_CAP_S:g} "
     f"s); warm-up >= {timing.MIN_WARMUP} iterations until the median of the last {timing.STABLE_WINDOW} moves "

@@ -36,7 +36,8 @@ from dippm_nas.measure.timing import Timer, warm_up
 PROFILED_ITERATIONS = 10
 
 KERNEL_PROTOCOL = (
-    f"dippm-nas-kernels-v1: random weights, eval, inference_mode, torch.autocast for fp16/bf16; warm-up as "
+    f"dippm-nas-kernels-v1: random weights, eval, inference_mode, torch.autocast for fp16/bf16, the model and its "
+    f"input cast to half for fp16-weights/bf16-weights; warm-up as "
     f"dippm-nas-v1; torch.profiler (CPU and CUDA activities, input shapes recorded) over {PROFILED_ITERATIONS} "
     "iterations; one row per ATen operator (grouped by input shapes) and per GPU kernel: calls, self device "
     "time and self host time per iteration")

@@ -102,15 +102,19 @@ class ModelOnDevice:
     def __init__(self, device: torch.device, gpu: GpuProbe | None = None):
         self.device = device
         self.gpu = gpu if gpu is not None else GpuProbe(None)
-        self._key: tuple[str, str, str] | None = None
+        self._key: tuple[str, str, str, torch.dtype | None] | None = None
         self._model: torch.nn.Module | None = None
 
     def __call__(self, cfg: MeasureConfig) -> torch.nn.Module:
-        """The configuration's model in eval mode on the device, built only when the model or layout differs."""
-        key = (cfg.source, cfg.model, cfg.layout)
+        """The configuration's model in eval mode on the device, cast to its precision's weights dtype where it
+        has one (``model.half()``), built only when the model, the dtype or the layout differs."""
+        dtype = precision_mode(cfg.precision).weights_dtype
+        key = (cfg.source, cfg.model, cfg.layout, dtype)
         if key != self._key:
             self.drop()
             model = build_model(cfg).to(self.device).eval()
+            if dtype is not None:
+                model = model.to(dtype)
             if cfg.layout == "nhwc":
                 model = model.to(memory_format=torch.channels_last)
             self._key, self._model = key, model
@@ -144,9 +148,10 @@ def context_memory_mib(device_kind: str, gpu: GpuProbe | None = None) -> float |
 
 def model_input(cfg: MeasureConfig, device_kind: str, device: torch.device
                 ) -> tuple[torch.Tensor, contextlib.AbstractContextManager]:
-    """A random input batch in the configuration's layout, and the context its precision runs under
-    (``precision.running_in``: the mode's TF32 flags, autocast where it has one; it yields the mode)."""
-    x = torch.randn(cfg.batch, *cfg.input_shape, device=device)
+    """A random input batch in the configuration's layout and its precision's input dtype, and the context its
+    precision runs under (``precision.running_in``: the mode's TF32 flags, autocast where it has one; it yields
+    the mode)."""
+    x = torch.randn(cfg.batch, *cfg.input_shape, device=device, dtype=precision_mode(cfg.precision).input_dtype)
     if cfg.layout == "nhwc":
         x = x.to(memory_format=torch.channels_last)
     return x, running_in(cfg.precision, device_kind)

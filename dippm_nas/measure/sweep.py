@@ -65,7 +65,8 @@ DEFAULT_ROUNDS = 100
 SWEEP_PROTOCOL = (
     f"dippm-nas-sweep-v1: one operator alone; inputs and weights uniform random at the precision's dtype "
     f"(float32 for fp32, fp32-strict and tf32), allocated once per point; inference_mode under the precision's "
-    f"TF32 flags and autocast (fp16/bf16); warm-up {WARMUP_ITERATIONS} iterations, then {ESTIMATE_ITERATIONS} "
+    f"TF32 flags and autocast (fp16/bf16; none for fp16-weights/bf16-weights); warm-up {WARMUP_ITERATIONS} "
+    f"iterations, then {ESTIMATE_ITERATIONS} "
     f"timed together to size the window; timed window >= {MIN_ITERATIONS} iterations and >= {MIN_WINDOW_MS:g} "
     f"ms, <= {MAX_ITERATIONS} iterations; CUDA: an event pair around each iteration, queued behind a GPU sleep "
     f"so that host launch time is not timed (host_ms: the host's time per queued iteration); CPU: wall clock "
@@ -124,8 +125,10 @@ class Point:
 
     @property
     def dtype(self) -> torch.dtype:
-        """The tensors' dtype: autocast's for fp16 and bf16, float32 for the other precisions."""
-        return PRECISION_MODES[self.precision].autocast_dtype or torch.float32
+        """The tensors' dtype: autocast's for fp16 and bf16, the weights' for fp16-weights and bf16-weights,
+        float32 for the other precisions."""
+        mode = PRECISION_MODES[self.precision]
+        return mode.autocast_dtype or mode.weights_dtype or torch.float32
 
     @property
     def flops(self) -> int:
@@ -173,7 +176,8 @@ def sweep_points(seed: int = 0, device_kind: str = "cuda", rounds: int = DEFAULT
     streams, so it is a subset of the shapes the GPU plan draws first).
 
     >>> plan = sweep_points(seed=0, rounds=1)
-    >>> len({p.kind for p in plan[:len(KINDS) * 5]}), len(plan) == 5 * sum(k.weight for k in KINDS.values())
+    >>> first_pass = plan[:len(KINDS) * len(PRECISIONS)]
+    >>> len({p.kind for p in first_pass}), len(plan) == len(PRECISIONS) * sum(k.weight for k in KINDS.values())
     (18, True)
     """
     max_flops = CPU_MAX_FLOPS if device_kind == "cpu" else PLAN_MAX_FLOPS

@@ -119,7 +119,7 @@ def _unit(peak: float, gpu: str, precision: str) -> int:
     """The unit a peak is the peak of: tensor cores where it is above the FP32 one."""
     if peak <= get_device(gpu).fp32_tflops * 1e12 * 1.001:
         return UNITS.index("cuda_cores")
-    return UNITS.index("tensor_half" if precision_named(precision).autocast else "tensor_tf32")
+    return UNITS.index("tensor_half" if precision_named(precision).half_dtype else "tensor_tf32")
 
 
 def _peak(group: str, gpu: str, precision: str) -> float:
@@ -197,7 +197,7 @@ def _sweep_operator(row: dict[str, str], gpu: str) -> dict[str, object]:
     kind, precision = row["kind"], row["precision"]
     group = SWEEP_GROUPS[kind]
     out: dict[str, object] = {"flops": float(row["flops"]), "moved": float(row["bytes"]),
-                              "element_bytes": 2 if precision_named(precision).autocast else 4}
+                              "element_bytes": precision_named(precision).element_bytes}
     if kind in ("mm", "linear"):
         out.update(gemm=(1, p["m"], p["n"], p["k"]), weight_operand=kind == "linear")
     elif kind == "bmm":

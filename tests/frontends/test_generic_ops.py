@@ -50,3 +50,22 @@ def test_onnx_operator_unknown_to_tvm_becomes_a_generic_node(tmp_path):
     assert g.nodes[1].outputs[0].shape == (2, 4, 8, 8) and g.nodes[2].outputs[0].shape == (2, 4, 8, 8)
     assert any("Celu" in w and "generic node" in w for w in g.warnings)
     assert predict(str(path), batch=2).latency_ms > 0
+
+
+def test_a_converter_that_fails_halfway_leaves_one_generic_node(monkeypatch):
+    """An operator TVM fails to convert after emitting part of it (a GEMM before the bias add its types
+    refuse) becomes one generic node: the part emitted first is read by nothing and is no operator."""
+    from tvm import relax
+
+    from dippm_nas.frontends import _torch
+
+    def emits_then_fails(node, importer):
+        importer.block_builder.emit(relax.op.nn.relu(importer.env[node.args[0]]))
+        raise TypeError("refused after one operator")
+
+    monkeypatch.setitem(_torch.EXTRA_CONVERTERS, "gelu.default", emits_then_fails)
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    g = build_graph(model, (8,), batch=4)
+    assert [n.kind for n in g.nodes] == ["matmul", "other"] and g.nodes[1].attrs["aten"] == "gelu.default"
+    assert any("refused after one operator" in w for w in g.warnings)

@@ -49,7 +49,8 @@ def test_the_manifest_measures_fp32_and_fp16_first_and_the_least_measured_famili
     configs = campaign_manifest(ROOT / "data" / "records.csv", per_family=1)
     precisions = [c.precision for c in configs]
     half = len(configs) // 2
-    assert set(precisions[:half]) == {"fp32", "fp16"} and set(precisions[half:]) == {"bf16", "fp32-strict"}
+    assert set(precisions[:half]) == {"fp32", "fp16", "fp16-weights"}
+    assert set(precisions[half:]) == {"bf16", "bf16-weights", "fp32-strict"}
     assert {c.batch for c in configs} == {1, 8, 64, 256}
     with (ROOT / "data" / "records.csv").open(newline="") as fh:
         counts: dict[str, int] = {}

@@ -268,6 +268,8 @@ class _ExpectsMode(nn.Module):
         assert flags == (self.mode.tf32_matmul, self.mode.tf32_cudnn), f"flags {flags} under {self.mode.name}"
         autocast = torch.is_autocast_enabled(x.device.type)
         assert autocast == (self.mode.autocast_dtype is not None), f"autocast {autocast} under {self.mode.name}"
+        weights = self.conv.weight.dtype  # the model cast to half, its input with it, under a half-weights precision
+        assert weights == x.dtype == (self.mode.weights_dtype or torch.float32), f"{weights}, {x.dtype}"
         if autocast:
             assert torch.get_autocast_dtype(x.device.type) == self.mode.autocast_dtype
         return self.conv(x).mean()
@@ -283,6 +285,14 @@ def expects_fp16():
 
 def expects_bf16():
     return _ExpectsMode("bf16")
+
+
+def expects_fp16_weights():
+    return _ExpectsMode("fp16-weights")
+
+
+def expects_bf16_weights():
+    return _ExpectsMode("bf16-weights")
 
 
 def expects_fp32_strict():

@@ -98,12 +98,13 @@ def test_cpu_sweep_writes_rows_with_their_precision_flags(tmp_path):
     assert flags["fp32"] == ("True", "False")
     assert flags["fp32-strict"] == ("False", "False")
     assert flags["tf32"] == ("True", "True")
-    assert flags["fp16"] == flags["bf16"] == ("True", "False")
+    assert flags["fp16"] == flags["bf16"] == flags["fp16-weights"] == flags["bf16-weights"] == ("True", "False")
     for r in rows:
         point = Point.from_key(r["key"])
         assert r["status"] == "ok" and not r["error"] and r["kind"] == point.kind, r
         assert int(r["flops"]) == point.flops > 0 and int(r["bytes"]) == point.bytes > 0
-        assert r["dtype"] == {"fp16": "float16", "bf16": "bfloat16"}.get(r["precision"], "float32")
+        assert r["dtype"] == {"fp16": "float16", "bf16": "bfloat16", "fp16-weights": "float16",
+                              "bf16-weights": "bfloat16"}.get(r["precision"], "float32")
         assert 0 < float(r["latency_ms_p10"]) <= float(r["latency_ms_median"]) <= float(r["latency_ms_p90"])
         assert 10 <= int(r["iterations"]) <= 200 and float(r["window_s"]) > 0 and float(r["host_ms"]) > 0
         assert r["device_kind"] == "cpu" and r["torch"] and r["timm"] and r["cpu"] and r["date"]
