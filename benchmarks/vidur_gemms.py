@@ -5,7 +5,9 @@ tensor-parallel splits of 1 to 8, on an A100 80GB and an H100 SXM) becomes an ``
 built in float16 on the meta device, at ``num_tokens`` rows, predicted at its own precision
 (``fp16-weights``) under CUDA graphs (the kernel's time, as Vidur's profiler times it, no host). Each GPU's
 predictions are compared with Vidur's median, by cost model and by range of tokens: MAPE, the median
-absolute error, and the median ratio of predicted to measured (above 1: predicted too slow).
+absolute error, and the median ratio of predicted to measured (above 1: predicted too slow). The shipped
+operator model is trained on these GEMMs, so its figures here are in-sample; with each GPU held out they are in
+``docs/operators.md`` (``dippm-nas evaluate --operators``).
 
     python benchmarks/vidur_gemms.py --out benchmarks/results/vidur_gemms.txt
 """
@@ -13,8 +15,6 @@ absolute error, and the median ratio of predicted to measured (above 1: predicte
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import sys
 import time
 import warnings
@@ -24,37 +24,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Vidur's folders and the registry's keys of their GPUs (data/vidur/README.md).
-GPUS = {"a100": "a100-80gb", "h100": "h100-sxm"}
-GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 TOKEN_RANGES = ((1, 255), (256, 1999), (2000, 32768))
 COST_MODELS = ("auto", "operators", "analytical")
-
-
-def gemm_shapes(row: dict[str, str]) -> dict[str, tuple[int, int]]:
-    """(input features, output features) of each GEMM of a row, as data/vidur/README.md gives them."""
-    embd, heads, kv_heads = int(row["n_embd"]), int(row["n_head"]), int(row["n_kv_head"])
-    expanded, tp = int(row["n_expanded_embd"]), int(row["num_tensor_parallel_workers"])
-    gated = row["use_gated_mlp"] == "True"
-    head_dim = embd // heads
-    return {"attn_pre_proj": (embd, (heads + 2 * kv_heads) * head_dim // tp),
-            "attn_post_proj": (embd // tp, embd),
-            "mlp_up_proj": (embd, expanded * (2 if gated else 1) // tp),
-            "mlp_down_proj": (expanded // tp, embd)}
-
-
-def measured_gemms(folder: Path) -> dict[tuple[int, int, int], list[float]]:
-    """Vidur's median milliseconds of every GEMM of the folder's files, by (input, output features, tokens)."""
-    found: dict[tuple[int, int, int], list[float]] = defaultdict(list)
-    for path in sorted(folder.glob("*.mlp.csv.gz")):
-        with gzip.open(path, "rt", newline="") as fh:
-            for row in csv.DictReader(fh):
-                tokens = int(row["num_tokens"])
-                for gemm, (k, n) in gemm_shapes(row).items():
-                    value = row.get(f"time_stats.{gemm}.median", "")
-                    if value:
-                        found[(k, n, tokens)].append(float(value))
-    return found
 
 
 def linear_graph(k: int, n: int):
@@ -86,18 +57,18 @@ def main() -> int:
 
     import dippm_nas
     from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.training.vidur import VIDUR_GPUS, measured_gemms
 
     start = time.perf_counter()
     lines = [f"{'GPU':10} {'cost model':11} {'tokens':>11}   {'MAPE':>8} {'median':>8} {'ratio':>7} {'GEMMs':>6}"]
     graphs: dict[tuple[int, int], object] = {}
-    for folder, device in GPUS.items():
-        gemms = sorted(measured_gemms(ROOT / "data" / "vidur" / folder).items())[::args.limit or 1]
+    for folder, device in VIDUR_GPUS.items():
+        gemms = list(measured_gemms(ROOT / "data" / "vidur" / folder).items())[::args.limit or 1]
         pairs: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
-        for (k, n, tokens), medians in tqdm(gemms, desc=device, unit="GEMM", file=sys.stderr):
+        for (k, n, tokens), measured in tqdm(gemms, desc=device, unit="GEMM", file=sys.stderr):
             if (k, n) not in graphs:
                 graphs[(k, n)] = linear_graph(k, n)
             graph = scale_batch(graphs[(k, n)], tokens)
-            measured = float(np.median(medians))
             for cost_model in COST_MODELS:
                 p = dippm_nas.predict_graph(graph, device, cost_model=cost_model, mode="cuda-graphs")
                 band = next(i for i, (low, high) in enumerate(TOKEN_RANGES) if low <= tokens <= high)
@@ -108,7 +79,8 @@ def main() -> int:
                     lines.append(f"{device:10} {cost_model:11} {f'{low}-{high}':>11}   "
                                  + summary(pairs[(cost_model, band)]))
     lines.append(f"({time.perf_counter() - start:.0f} s; fp16-weights, CUDA graphs, Vidur's median per GEMM shape; "
-                 "ratio: the median of predicted over measured)")
+                 "ratio: the median of predicted over measured; the shipped operator model trained on these GEMMs: "
+                 "held out, docs/operators.md)")
     text = "\n".join(lines)
     print(text)
     if args.out:

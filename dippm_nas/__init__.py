@@ -2,8 +2,8 @@
 
 >>> import dippm_nas
 >>> p = dippm_nas.predict("resnet50", batch=8, device="a100-40gb")
->>> p.latency_ms > 0 and p.energy_j > 0, p.mig_profile, p.cost_model.split(" ")[0]
-(True, '1g.5gb', 'pmgns')
+>>> p.latency_ms > 0 and p.energy_j > 0, p.mig_profile, p.answered_by
+(True, '1g.5gb', 'operators')
 
 The public names load on first use, so that ``dippm_nas.measure`` (the ground-truth harness) runs on
 a GPU machine that has PyTorch and timm but not TVM.

@@ -11,10 +11,10 @@ from typing import Any
 from tqdm import tqdm
 
 from dippm_nas._model_cache import cached_graph
-from dippm_nas.cost import Estimate, NodeCost, NotCovered, Prediction, get_cost_model
-from dippm_nas.cost.calibration import CALIBRATED_MODEL, Calibration, load_calibration
+from dippm_nas.cost import Estimate, NodeCost, Prediction, get_cost_model
+from dippm_nas.cost.calibration import Calibration, load_calibration
 from dippm_nas.cost.card import operator_model_mismatch
-from dippm_nas.cost.coverage import not_covered
+from dippm_nas.cost.choice import AUTO, estimate_with
 from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
 from dippm_nas.errors import DippmError
 from dippm_nas.graph.cast import graph_at_precision
@@ -79,7 +79,7 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
 
 
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str | None = None,
-                  cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
+                  cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN, *,
                   layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
                   calibration: CalibrationLike = None) -> Prediction:
     """Predict for a graph already built (its batch size is the graph's).
@@ -111,7 +111,8 @@ def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Pr
     if calibration is not None and precision != request.precision:
         calibration.check_for(gpu.whole_gpu().key, precision, mode)
     host_profile = calibration.host_profile() if calibration else get_host_profile(host)
-    estimate, fallback = _estimate(graph, gpu, precision, layout, cost_model, mode, host, calibration)
+    estimate, fallback = estimate_with(graph, gpu, precision, layout, cost_model, mode=mode, host=host,
+                                       calibration=calibration)
     need = required_memory(estimate.memory_mib, mig_margin)
     fits_memory = need <= gpu.memory_mib
     if gpu.slice_of:
@@ -125,7 +126,8 @@ def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Pr
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mib=estimate.memory_mib, mig_profile=profile, device=gpu.key,
-        precision=precision, batch=graph.batch, cost_model=estimate.cost_model, layout=layout,
+        precision=precision, batch=graph.batch, cost_model=estimate.cost_model, answered_by=estimate.answered_by,
+        layout=layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=estimate.error,
         mode=mode, host=host_profile.name if mode == "eager" else "", estimate=estimate,
@@ -168,32 +170,8 @@ def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: flo
     return note + "; choose a smaller batch, a lower precision or a larger device"
 
 
-def _estimate(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str, mode: str = "eager",
-              host: str | HostProfile | None = None, calibration: Calibration | None = None):
-    """``auto``: PMGNS wherever it answers, else the analytical model, saying why. PMGNS and not the operator
-    model: on whole models of GPUs held out of training it errs less on most of them (docs/transfer.md). A
-    calibration is the operator model's."""
-    execution = {"mode": mode, "host": host}
-    if calibration is not None:
-        if cost_model not in ("auto", CALIBRATED_MODEL):
-            raise DippmError(f"a calibration adjusts the {CALIBRATED_MODEL} cost model, not {cost_model}: leave "
-                             f"the cost model at auto or {CALIBRATED_MODEL}, or predict without the calibration.")
-        return get_cost_model(CALIBRATED_MODEL).estimate(graph, gpu, precision, layout, calibration=calibration,
-                                                         **execution), ()
-    if cost_model != "auto":
-        return get_cost_model(cost_model).estimate(graph, gpu, precision, layout, **execution), ()
-    try:
-        reason = not_covered(precision)  # from the card alone: an uncovered request never loads torch
-        if reason:
-            raise NotCovered(reason)
-        return get_cost_model("pmgns").estimate(graph, gpu, precision, layout, **execution), ()
-    except NotCovered as reason:
-        return get_cost_model("analytical").estimate(graph, gpu, precision, layout, **execution), (
-            f"{reason}: analytical (roofline) estimate",)
-
-
 def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,
-            precision: str | None = None, *, cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN,
+            precision: str | None = None, *, cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN,
             layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
             calibration: CalibrationLike = None) -> Prediction:
     """Latency, energy, memory and MIG slice of one inference of ``batch`` inputs on ``device``.
@@ -211,15 +189,15 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     model whose weights are all half (the notes say so). Nothing runs on a GPU and no weights are materialised.
 
     >>> p = predict("resnet18", batch=8, device="h100-sxm", precision="fp16")
-    >>> p.cost_model.split(" ")[0], p.mig_profile, 500 < p.memory_mib < 2000, p.fits
-    ('pmgns', '1g.10gb', True, True)
+    >>> p.answered_by, p.mig_profile, 500 < p.memory_mib < 2000, p.fits
+    ('operators', '1g.10gb', True, True)
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
     return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
 
 
 def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: int = 8,
-                 device: str | Device = DEFAULT_DEVICE, precision: str | None = None, *, cost_model: str = "auto",
+                 device: str | Device = DEFAULT_DEVICE, precision: str | None = None, *, cost_model: str = AUTO,
                  mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw", mode: str = "eager",
                  host: str | HostProfile | None = None, calibration: CalibrationLike = None,
                  progress: bool = False) -> list[Prediction]:
@@ -251,15 +229,15 @@ def checked_graph(model: Any, input_shape: InputLike, batch: int) -> ModelGraph:
 
 
 def slowest_operators(graph: ModelGraph, prediction: Prediction, n: int) -> tuple[list[NodeCost], str]:
-    """The ``n`` operators that take the most time, and which model timed them: PMGNS corrects the total
-    only, so under it the operators are timed by the operator model (the roofline where its weights do not
-    match this version)."""
+    """The ``n`` operators that take the most time, and which model timed them: PMGNS (asked by name)
+    corrects the total only, so under it the operators are timed by the operator model (the roofline where
+    its weights do not match this version)."""
     if prediction.estimate and prediction.estimate.nodes:
-        return prediction.estimate.top_nodes(n), prediction.estimate.cost_model
+        return prediction.estimate.top_nodes(n), prediction.estimate.answered_by
     timer = "analytical" if operator_model_mismatch() else "operators"
     estimate = get_cost_model(timer).estimate(graph, get_device(prediction.device), prediction.precision,
                                               prediction.layout)
-    return estimate.top_nodes(n), estimate.cost_model
+    return estimate.top_nodes(n), estimate.answered_by
 
 
 @dataclass(frozen=True)
@@ -286,20 +264,20 @@ class SliceEstimate:
 
 
 def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str | None = None,
-              cost_model: str = "auto", mig_margin: float = DEFAULT_MIG_MARGIN, *,
+              cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN, *,
               input_shape: InputLike = None, batch: int = 8, layout: str = "nchw", mode: str = "eager",
               host: str | HostProfile | None = None, calibration: CalibrationLike = None) -> list[SliceEstimate]:
     """Every MIG profile of ``device`` with fit, latency and energy on that slice.
 
     ``model`` is a :class:`ModelGraph` (its batch is the graph's) or anything :func:`predict` takes, with
     its ``input_shape`` and ``batch``. Every slice is predicted by the cost model that answers for the
-    whole GPU (``auto``: PMGNS, its correction of the whole GPU then applied to each slice's
-    roofline), so a slice with all of the GPU's SMs predicts as the GPU does. A slice key
+    whole GPU (``auto``: the operator model, each kernel timed on the slice's SMs and share of the memory
+    bandwidth), so a slice with all of the GPU's SMs predicts as the GPU does. A slice key
     (``a100-40gb:1g.5gb``) stands for its GPU.
 
     >>> rows = mig_table("resnet18", "h100-sxm", "fp16", batch=8)
-    >>> rows[0].profile, rows[0].fits, rows[0].cost_model.split(" ")[0], len({r.cost_model for r in rows})
-    ('1g.10gb', True, 'pmgns', 1)
+    >>> rows[0].profile, rows[0].fits, rows[0].cost_model, len({r.cost_model for r in rows})
+    ('1g.10gb', True, 'operators', 1)
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
     gpu = request.gpu.whole_gpu()
@@ -308,7 +286,7 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
                          + ", ".join(d.key for d in _mig_devices()) + ".")
     graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
     whole = _predict_checked(graph, request.on(gpu), cost_model)
-    answered_by = whole.cost_model.split(" ")[0]  # the same model on every slice as on the whole GPU
+    answered_by = whole.answered_by  # the same model on every slice as on the whole GPU
     graph = graph_at_precision(graph, whole.precision)[0]  # cast once, not once a slice
     request = replace(request, precision=whole.precision)
     rows = []

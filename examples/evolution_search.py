@@ -59,7 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, default=None,
                         help="latency bound (ms per batch) in the slice; default: a third of the way from the space's "
                              "smallest candidate's latency to its largest's there")
-    parser.add_argument("--resolution", type=int, default=None, help="hold the input resolution (160-224) at one value")
+    parser.add_argument("--resolution", type=int, default=None,
+                        help="hold the input resolution (128-224, a multiple of 4) at one value")
     parser.add_argument("--proxy", choices=PROXIES, default="params", help="the accuracy proxy (default params)")
     parser.add_argument("--storage", default=None,
                         help="an Optuna journal file, or a database URL, that keeps the search resumable")

@@ -13,12 +13,13 @@ from typing import Any
 from dippm_nas.errors import DippmError, suggest
 from search_spaces.base import BlockSpec, Candidate, SearchSpace
 from search_spaces.mobilenetv3 import MobileNetV3Space
+from search_spaces.nb201 import NB201Space
 from search_spaces.resnet import ResNetSpace
 from search_spaces.timm_zoo import TimmZooSpace
 from search_spaces.vit import ViTSpace
 
 SEARCH_SPACES: dict[str, type[SearchSpace]] = {
-    cls.name: cls for cls in (MobileNetV3Space, ResNetSpace, ViTSpace, TimmZooSpace)
+    cls.name: cls for cls in (MobileNetV3Space, ResNetSpace, ViTSpace, NB201Space, TimmZooSpace)
 }
 
 

@@ -155,7 +155,7 @@ class SearchSpace(ABC):
         >>> from search_spaces import get_search_space
         >>> space = get_search_space("mobilenetv3")
         >>> space.extreme().arch["resolution"], space.extreme(largest=True).arch["depth_0"]
-        (160, 4)
+        (128, 4)
         """
 
         class _Pick:

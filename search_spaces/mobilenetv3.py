@@ -1,5 +1,6 @@
 """Once-for-All MobileNetV3 (Cai et al., ICLR 2020): 5 stages of 2-4 inverted-residual blocks, each
-with kernel {3, 5, 7} and expand ratio {3, 4, 6}, at input resolution 160-224 in steps of 16."""
+with kernel {3, 5, 7} and expand ratio {3, 4, 6}, at input resolution 128-224 in steps of 4 as OFA defines
+it (HELP's subnets take every one of them), or, with ``resolutions="coarse"``, 160-224 in steps of 16."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 
 from torch import nn
 
+from dippm_nas.errors import DippmError
 from search_spaces.base import BlockSpec, Candidate, SearchSpace, register_block
 from search_spaces.layers import Residual, SqueezeExcite, conv_bn_act
 
-RESOLUTIONS = (160, 176, 192, 208, 224)
+#: The input resolutions, by grid: OFA's own, and a coarse one that keeps a search's blocks few.
+RESOLUTION_GRIDS = {"ofa": tuple(range(128, 225, 4)), "coarse": (160, 176, 192, 208, 224)}
 DEPTHS = (2, 3, 4)
 KERNELS = (3, 5, 7)
 EXPANDS = (3, 4, 6)
@@ -56,10 +59,16 @@ class MobileNetV3Space(SearchSpace):
 
     name = "mobilenetv3"
 
+    def __init__(self, fixed: Mapping[str, Any] | None = None, resolutions: str = "ofa"):
+        if resolutions not in RESOLUTION_GRIDS:
+            raise DippmError(f"resolutions={resolutions!r}: choose one of {', '.join(RESOLUTION_GRIDS)}.")
+        self.resolutions = RESOLUTION_GRIDS[resolutions]
+        super().__init__(fixed)
+
     @property
     def parameters(self) -> dict[str, tuple[Any, ...]]:
         """``resolution``, and per stage ``depth_{s}``, and ``kernel_{s}_{b}`` and ``expand_{s}_{b}`` per block."""
-        params: dict[str, tuple[Any, ...]] = {"resolution": RESOLUTIONS}
+        params: dict[str, tuple[Any, ...]] = {"resolution": self.resolutions}
         for s in range(len(STAGES)):
             params[f"depth_{s}"] = DEPTHS
             for b in range(max(DEPTHS)):
@@ -80,7 +89,7 @@ class MobileNetV3Space(SearchSpace):
     def covering_archs(self) -> Iterator[dict[str, Any]]:
         """Every stage at its deepest with one kernel and one expand ratio throughout, at each resolution:
         a block's shape depends on the resolution, its position and its own kernel and expand ratio."""
-        for resolution, kernel, expand in itertools.product(RESOLUTIONS, KERNELS, EXPANDS):
+        for resolution, kernel, expand in itertools.product(self.resolutions, KERNELS, EXPANDS):
             arch = {"resolution": self.allowed("resolution", resolution)}
             for s in range(len(STAGES)):
                 arch[f"depth_{s}"] = self.allowed(f"depth_{s}", max(DEPTHS))
@@ -88,6 +97,17 @@ class MobileNetV3Space(SearchSpace):
                     arch[f"kernel_{s}_{b}"] = self.allowed(f"kernel_{s}_{b}", kernel)
                     arch[f"expand_{s}_{b}"] = self.allowed(f"expand_{s}_{b}", expand)
             yield arch
+
+    def from_help(self, resolution: int, depths: list[int], kernels: list[int], expands: list[int]) -> Candidate:
+        """An OFA subnet as HELP writes it: the resolution, each stage's depth, and a kernel and an expand ratio
+        for each of a stage's four slots (only a stage's first ``depth`` are used)."""
+        arch: dict[str, Any] = {"resolution": resolution}
+        for s, depth in enumerate(depths):
+            arch[f"depth_{s}"] = depth
+            for b in range(depth):
+                arch[f"kernel_{s}_{b}"] = kernels[s * max(DEPTHS) + b]
+                arch[f"expand_{s}_{b}"] = expands[s * max(DEPTHS) + b]
+        return self.from_arch(arch)
 
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
         """The stem, the stages' blocks and the head for ``arch``; a DippmError for an unknown name or value."""

@@ -13,6 +13,9 @@ warnings.filterwarnings("ignore")
 # Tests build their graphs, rather than read them from the user's disk cache (dippm_nas._model_cache);
 # the cache's own tests turn it on, in a directory of their own.
 os.environ.setdefault("DIPPM_NAS_NO_CACHE", "1")
+# The user's own GPU rows (~/.config/dippm-nas/devices) are not the tests': each test that needs one names it.
+os.environ["XDG_CONFIG_HOME"] = os.path.join(os.path.dirname(__file__), "no-user-config")
+os.environ.pop("DIPPM_NAS_DEVICES", None)
 
 
 class SmallCNN(nn.Module):
@@ -66,9 +69,11 @@ def transformer_block() -> nn.Module:
 
 
 @pytest.fixture
-def half_4090(monkeypatch):
-    """A made-up GPU added as one CSV row: the RTX 4090's spec sheet with half its SMs, peaks and bandwidth,
-    registered as ``half-4090`` for the test alone."""
+def half_4090(monkeypatch, tmp_path):
+    """A made-up GPU added as one row of the user's own sheet: the RTX 4090's spec sheet with half its SMs, peaks
+    and bandwidth, registered as ``half-4090`` for the test alone (``DIPPM_NAS_DEVICES``)."""
+    import csv
+
     from dippm_nas.hardware import registry
 
     rows = registry._read_csv("gpu_specs.csv")
@@ -76,10 +81,10 @@ def half_4090(monkeypatch):
     for column in ("sm_count", "fp32_tflops", "tf32_tflops", "fp16_tensor_tflops_dense",
                    "bf16_tensor_tflops_dense", "memory_bw_gbs"):
         halved[column] = str(float(halved[column]) / 2).removesuffix(".0")
-    shipped_reader = registry._read_csv
-    monkeypatch.setattr(registry, "_read_csv",
-                        lambda name: shipped_reader(name) + ([halved] if name == "gpu_specs.csv" else []))
-    registry._registry.cache_clear()
+    sheet = tmp_path / "half_4090.csv"
+    with sheet.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(halved))
+        writer.writeheader()
+        writer.writerow(halved)
+    monkeypatch.setenv("DIPPM_NAS_DEVICES", str(sheet))
     yield "half-4090"
-    monkeypatch.undo()
-    registry._registry.cache_clear()

@@ -32,15 +32,15 @@ def test_slowest_operators_of_a_learned_prediction_are_the_operator_models(capsy
     """PMGNS corrects the total latency only: --top lists the operator model's per-operator times and says
     so, rather than an empty table; the operator model itself lists its own."""
     args = ("predict", "resnet18", "--batch", "2", "--device", "rtx3090", "--precision", "fp16", "--top", "3")
+    code, out, _ = _run(capsys, *args, "--json", "--cost-model", "pmgns")
+    data = json.loads(out)
+    assert code == 0 and data["cost_model"].startswith("pmgns") and data["answered_by"] == "pmgns"
+    assert len(data["top_operators"]) == 3 and data["top_operators_cost_model"] == "operators"
+    code, out, _ = _run(capsys, *args, "--cost-model", "pmgns")
+    assert code == 0 and "as the operator model times them (pmgns corrects the total" in out and "nn.conv2d" in out
     code, out, _ = _run(capsys, *args, "--json")
     data = json.loads(out)
-    assert code == 0 and data["cost_model"].startswith("pmgns")
-    assert len(data["top_operators"]) == 3 and data["top_operators_cost_model"] == "operators"
-    code, out, _ = _run(capsys, *args)
-    assert code == 0 and "as the operator model times them (pmgns corrects the total" in out and "nn.conv2d" in out
-    code, out, _ = _run(capsys, *args, "--json", "--cost-model", "operators")
-    data = json.loads(out)
-    assert data["cost_model"] == "operators" and data["top_operators_cost_model"] == "operators"
+    assert data["answered_by"] == "operators" and data["top_operators_cost_model"] == "operators"
 
 
 def test_predict_table_and_devices_and_mig(capsys):
@@ -49,11 +49,12 @@ def test_predict_table_and_devices_and_mig(capsys):
     code, out, _ = _run(capsys, "devices")
     assert code == 0 and "a100-40gb" in out and "1g.5gb" in out
     reads = {line.split()[0]: line.split()[-2:] for line in out.splitlines()[2:] if line.strip()}
-    assert reads["h100-sxm"] == ["yes", "records"] and reads["a100-40gb"] == ["spec", "sheet"]
+    assert reads["h100-sxm"] == ["yes", "measurements"] and reads["a100-40gb"] == ["spec", "sheet"]
     code, out, _ = _run(capsys, "devices", "--json")
     listed = {d["key"]: d for d in json.loads(out)}
     assert set(listed) >= {"a100-40gb", "h100-sxm", "rtx4090"}
     assert listed["rtx4090"]["pmgns_trained_on_records"] and not listed["a100-80gb"]["pmgns_trained_on_records"]
+    assert listed["a100-80gb"]["operator_model_measured"] and not listed["rtx5090"]["operator_model_measured"]
     code, out, _ = _run(capsys, "mig", "resnet18", "--batch", "4")
     assert code == 0 and "7g.40gb" in out and "fits" in out
 

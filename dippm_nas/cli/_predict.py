@@ -48,10 +48,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
-                        help="auto (the learned pmgns on every GPU and precision it can read, else analytical), "
-                             "analytical (the roofline alone), operators (each kernel learned from its tiles, "
-                             "waves and the spec sheet) or pmgns (a GraphSAGE correction of the roofline's "
-                             "total) (default: auto)")
+                        help="auto (the operator model on every GPU and precision, the analytical model where its "
+                             "weights do not match this version), operators (each kernel learned from its tiles, "
+                             "waves and the spec sheet), analytical (the roofline alone) or pmgns (DIPPM's "
+                             "GraphSAGE correction of the roofline's total) (default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
@@ -105,9 +105,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if operators:
         rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound,
                  c.unit] for c in operators]
-        if timed_by != p.cost_model:
-            timer = {"operators": "operator"}.get(timed_by.split(" ")[0], timed_by.split(" ")[0])
-            print(f"\nthe slowest operators as the {timer} model times them ({p.cost_model.split(' ')[0]} "
+        if timed_by != p.answered_by:
+            timer = {"operators": "operator"}.get(timed_by, timed_by)
+            print(f"\nthe slowest operators as the {timer} model times them ({p.answered_by} "
                   "corrects the total, not each operator):", end="")
         print("\n" + format_table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound", "unit"]))
     for note in p.notes:
@@ -116,25 +116,30 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from dippm_nas.cost.coverage import measured_gpus
-    from dippm_nas.hardware.registry import list_devices
+    from dippm_nas.cost.coverage import measured_gpus, operator_model_gpus
+    from dippm_nas.hardware.registry import list_devices, spec_template
 
+    if args.template:
+        print(spec_template(), end="")
+        return 0
     devices = list_devices()
-    measured = measured_gpus()
+    measured, pmgns = operator_model_gpus(), measured_gpus()
     if args.json:
-        print(json.dumps([d.to_dict() | {"pmgns_trained_on_records": d.key in measured} for d in devices], indent=2))
+        print(json.dumps([d.to_dict() | {"operator_model_measured": d.key in measured,
+                                         "pmgns_trained_on_records": d.key in pmgns} for d in devices], indent=2))
         return 0
     rows = [[d.key, d.name, str(d.sm_count), f"{d.fp32_tflops:g}", f"{d.fp16_tflops or 0:g}",
              f"{d.memory_gib:g}", f"{d.memory_bw_gbs:g}", f"{d.tdp_w:g}",
-             " ".join(p.name for p in d.mig_profiles) or "-", d.verified,
-             "records" if d.key in measured else "spec sheet"] for d in devices]
+             " ".join(p.name for p in d.mig_profiles) or "-", "yours" if d.source else d.verified,
+             "measurements" if d.key in measured else "spec sheet"] for d in devices]
     header = ["key", "name", "SMs", "FP32 TF", "FP16 TF", "GiB", "GB/s", "TDP W", "MIG profiles", "verified",
-              "PMGNS reads"]
+              "model reads"]
     print(format_table(rows, header))
-    print("\nA MIG slice is addressed as KEY:PROFILE, e.g. a100-40gb:1g.5gb. Caveats: dippm-nas devices --json.")
+    print("\nA MIG slice is addressed as KEY:PROFILE, e.g. a100-40gb:1g.5gb. Caveats: dippm-nas devices --json. "
+          "Your own GPU: dippm-nas devices --template.")
     if measured:
-        print("PMGNS answers on every GPU: from its training records where it has them, from the spec sheet "
-              "elsewhere (its error on GPUs held out of training: docs/transfer.md).")
+        print("The operator model answers on every GPU: from measurements of its operators where it has them, from "
+              "the spec sheet elsewhere (its error on GPUs held out of training: docs/operators.md).")
     return 0
 
 
@@ -226,8 +231,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--top", type=int, default=0, metavar="N", help="also list the N slowest operators")
     p.set_defaults(func=cmd_predict)
-    d = sub.add_parser("devices", help="the GPUs known, their specs and MIG profiles")
+    d = sub.add_parser("devices", help="the GPUs known, their specs and MIG profiles",
+                       description="Every GPU of the shipped spec sheet and of your own: rows in CSV files that "
+                                   "DIPPM_NAS_DEVICES names (paths separated as in PATH) or in "
+                                   "~/.config/dippm-nas/devices/ ($XDG_CONFIG_HOME/dippm-nas/devices/), with the "
+                                   "shipped sheet's columns; a MIG table of your GPU is a CSV with "
+                                   "mig_profiles.csv's columns beside it.")
     d.add_argument("--json", action="store_true", help="machine-readable output, with caveats")
+    d.add_argument("--template", action="store_true",
+                   help="print a spec-sheet row to fill in with your GPU's datasheet, e.g. "
+                        "`dippm-nas devices --template > ~/.config/dippm-nas/devices/my-gpu.csv`")
     d.set_defaults(func=cmd_devices)
     m = sub.add_parser("mig", help="every MIG profile of a device: does the model fit, how fast there")
     add_model_args(m)

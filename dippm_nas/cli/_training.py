@@ -153,6 +153,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.evaluate import evaluate
     from dippm_nas.training.paths import project
 
+    if args.nas:
+        from dippm_nas.training.nas_report import run
+
+        _project(args)
+        if args.nas_candidates < 2 * 10:
+            raise DippmError(f"--nas-candidates {args.nas_candidates}: give 20 or more, ten of which calibrate.")
+        print(f"report: {run(args.nas_candidates, args.seed)}")
+        return 0
     config = _training_config(args)
     if args.operators:
         return cmd_evaluate_operators(args)
@@ -192,6 +200,11 @@ def _leave_one_gpu_out(args: argparse.Namespace, config) -> int:
     print(f"report: {write_transfer_report(result, ts, project().docs)}")
     if args.ship:
         _write_error_table()
+        if {"operators", "pmgns"} <= set(models):
+            from dippm_nas.cost.choice import ROUTING
+            from dippm_nas.training.routing import write_routing
+
+            print(f"routing card: {write_routing(result.summary(), ROUTING)}")
     return 0
 
 
@@ -206,7 +219,7 @@ def _write_error_table() -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Read the rows, fit, report and write the calibration; the file and device are checked first."""
     from dippm_nas.hardware.registry import get_device
-    from dippm_nas.training.calibrate import calibrate, read_rows, report
+    from dippm_nas.training.calibrate import calibrate, precision_of_rows, read_rows, report
 
     gpu = get_device(args.device)
     if gpu.slice_of:
@@ -216,10 +229,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if out.is_dir() or not out.parent.is_dir():
         raise DippmError(f"cannot write the calibration to {args.out}: give a file in a folder that exists.")
     rows = read_rows(args.measurements, args.mode)
-    calibration = calibrate(rows, gpu.key, args.precision, args.mode, Path(args.measurements).name)
+    precision = args.precision or precision_of_rows(rows, Path(args.measurements).name)
+    calibration = calibrate(rows, gpu.key, precision, args.mode, Path(args.measurements).name)
     print(report(calibration))
     calibration.save(out)
-    print(f"calibration of {gpu.key} ({args.precision}, {args.mode}) written to {out}; predict with "
+    print(f"calibration of {gpu.key} ({precision}, {args.mode}) written to {out}; predict with "
           f"--calibration {out}")
     return 0
 
@@ -280,6 +294,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            help="with --leave-one-gpu-out: the models to score (default: analytical,operators,"
                                 "pmgns; operators and pmgns train once per GPU)")
             t.add_argument("--gpus", default="", help="with --leave-one-gpu-out: only these GPUs, comma-separated")
+            t.add_argument("--nas", action="store_true",
+                           help="instead: NAS candidates of NAS-Bench-201 and OFA MobileNetV3 against HELP's latencies "
+                                "(data/help), zero-shot and after a calibration on ten of them; writes docs/nas.md")
+            t.add_argument("--nas-candidates", type=int, default=100, metavar="N",
+                           help="with --nas: candidates drawn from each space (default: 100)")
         t.set_defaults(func=func)
     c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
                        description="Fit up to three scales of one GPU and its host (GEMM-class kernels, the other "
@@ -296,8 +315,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "optionally input_size,precision,energy_j,memory_mib: joules for the whole batch, the "
                         "process's peak GPU memory as nvidia-smi shows it); a model is anything predict takes")
     c.add_argument("--device", required=True, help="the GPU measured, a key of `dippm-nas devices`")
-    c.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
-                   help="the rows' precision; rows of another precision are left out (default: fp32)")
+    c.add_argument("--precision", default=None, choices=list(PRECISIONS),
+                   help="calibrate the rows of this precision, leaving the others out (default: the precision the "
+                        "rows say, fp32 where they say none; a file of several asks you to choose)")
     c.add_argument("--mode", default="eager", choices=["eager", "cuda-graphs"],
                    help="how the rows ran (default: eager); cuda-graphs reads the harness's CUDA-graph latencies")
     c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")

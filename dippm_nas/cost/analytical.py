@@ -452,7 +452,7 @@ class AnalyticalCostModel:
         notes += host_bound_notes(roofline.host_wait_share(), int((~table.is_view).sum()), host,
                                   precision_named(precision).autocast)
         return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=memory.total_mib,
-                        cost_model=self.name, memory=memory, nodes=nodes, notes=notes)
+                        cost_model=self.name, answered_by=self.name, memory=memory, nodes=nodes, notes=notes)
 
     def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
@@ -480,5 +480,5 @@ class AnalyticalCostModel:
         estimate = self.summarize(table, roofline, device, precision, graph, host=host)
         if estimate.latency_ms <= 0:  # nothing runs: no latency to be wrong about
             return estimate
-        return replace(estimate, error=lookup(self.name, device.key, precision, graph.batch))
+        return replace(estimate, error=lookup(self.name, device, precision, graph.batch))
 

@@ -58,12 +58,15 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A cost model's answer for one graph on one device at one precision."""
+    """A cost model's answer for one graph on one device at one precision. ``answered_by`` is the name the
+    model is registered under (``operators``, ``analytical``, ``pmgns``); ``cost_model`` says it for a
+    reader, with what it learned (``pmgns (latency learned; ...)``)."""
 
     latency_ms: float
     energy_j: float
     memory_mib: float
     cost_model: str
+    answered_by: str
     memory: MemoryBreakdown | None = None
     nodes: tuple[NodeCost, ...] = field(default=(), repr=False)
     notes: tuple[str, ...] = ()
@@ -163,6 +166,8 @@ class Prediction:
     batch: int
     cost_model: str
     layout: str = "nchw"
+    #: The registered name of the cost model that answered (``operators``, ``analytical``, ``pmgns``).
+    answered_by: str = ""
     mig_reason: str = ""
     gflops: float = 0.0
     params_m: float = 0.0

@@ -40,6 +40,17 @@ def measured_gpus(path: Path = WEIGHTS / "pmgns") -> tuple[str, ...]:
     return tuple(raw["devices"]) if raw else ()
 
 
+def operator_model_gpus() -> tuple[str, ...]:
+    """The GPUs whose operators or whole-model records the shipped operator model was trained on, from its card
+    alone; empty without one."""
+    from dippm_nas.cost.card import OPERATOR_WEIGHTS
+
+    if not OPERATOR_WEIGHTS.with_suffix(".json").exists():
+        return ()
+    card = read_card(OPERATOR_WEIGHTS)
+    return tuple(sorted({*card.get("trained_on", {}), *card.get("records", {})}))
+
+
 def read_as(precision: str, trained: tuple[str, ...]) -> str | None:
     """The precision the network reads a request at ``precision`` as: itself where records measured it,
     else its stand-in where records measured that, else None. The network reads the stand-in; its

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from dippm_nas.hardware.registry import get_device
+from dippm_nas.hardware.registry import Device, get_device
 
 #: The shipped table, read at prediction time.
 TABLE = Path(__file__).resolve().parent / "weights" / "error_table.json"
@@ -158,10 +158,11 @@ def _group_for(cost_model: str, family_in_training: bool | None, gpu_in_training
 _GROUP_SPLIT = {"pmgns/random": "random", "pmgns/family": "family", "analytical/all": "random"}
 
 
-def lookup(cost_model: str, device: str, precision: str, batch: int, *, family_in_training: bool | None = None,
+def lookup(cost_model: str, device: str | Device, precision: str, batch: int, *, family_in_training: bool | None = None,
            gpu_in_training: bool = True, table: dict | None = None) -> ErrorFigure | None:
     """The error figure for a prediction by ``cost_model`` (``operators``, ``pmgns`` or ``analytical``; a label such as
-    ``"pmgns (latency learned; ...)"`` works too) on ``device`` (a MIG slice counts as its whole GPU) at
+    ``"pmgns (latency learned; ...)"`` works too) on ``device`` (a key or a :class:`Device`, one of the user's
+    own too; a MIG slice counts as its whole GPU) at
     ``precision`` and ``batch``; ``family_in_training`` and ``gpu_in_training`` say what PMGNS saw.
 
     None when no table is shipped. The most comparable cell with :data:`MIN_RECORDS` records wins:
@@ -173,7 +174,8 @@ def lookup(cost_model: str, device: str, precision: str, batch: int, *, family_i
         return None
     model = cost_model.split(" ")[0]
     group = _group_for(model, family_in_training, gpu_in_training)
-    gpu = get_device(device).whole_gpu().key
+    device = get_device(device)
+    gpu = device.whole_gpu().key
     index = table.get("index") or {(c["group"], c["device"], c["precision"], c["batch"]): c for c in table["cells"]}
     devices = {d for (g, d, _, _) in index if g == group and d != "*"}
     precisions = {p for (g, _, p, _) in index if g == group and p != "*"}
@@ -189,8 +191,9 @@ def lookup(cost_model: str, device: str, precision: str, batch: int, *, family_i
     if cell is None:
         return None
     widened = []
-    if ":" in device:
-        widened.append(f"no MIG slice was measured: this is the whole GPU's figure ({device} is a slice of {gpu})")
+    if device.slice_of:
+        widened.append(f"no MIG slice was measured: this is the whole GPU's figure ({device.key} is a slice of "
+                       f"{gpu})")
     if gpu not in devices:
         widened.append(f"{gpu} was never measured: this is the error on the GPUs that were")
     elif key[0] == "*":

@@ -54,6 +54,13 @@ WINOGRAD_FLOP_SAVING = 2.25
 WINOGRAD_EXTRA_TRAFFIC = 2.0
 #: Threads an SM holds at once: the slots an elementwise kernel fills wave after wave.
 THREADS_PER_SM = 2048
+#: Bytes the rows of a GEMM's operands must be a multiple of for the tensor cores' 16-byte vector loads: a
+#: matrix product or convolution whose depth or output columns miss it gets a kernel without them from cuBLAS and
+#: cuDNN, at a fraction of the peak (about a fifth, where an aligned one reaches three quarters: the harness's
+#: Hopper sweeps). The CUDA cores' FP32 kernels show no such step.
+OPERAND_ALIGNMENT_BYTES = 16
+#: The groups whose operands a library loads by rows (attention's fused kernels pad their own tiles).
+ROW_LOADED_GROUPS = frozenset({"gemm", "conv"})
 #: The compute capability the generation feature is centred on.
 GENERATION_CENTRE = 7.5
 
@@ -116,7 +123,7 @@ class Candidates:
 FEATURE_NAMES = (
     *(f"group={g}" for g in GROUPS), *(f"unit={u}" for u in UNITS), "winograd", "weight_operand",
     "log_tile_m", "log_tile_n", "log_waves", "last_wave_fill", "log_k", "k_fill", "log_intensity_over_ridge",
-    "log_bytes_over_l2", "log_rows", "log_row_length", "log_thread_waves", "generation",
+    "log_bytes_over_l2", "log_rows", "log_row_length", "log_thread_waves", "generation", "misaligned",
 )
 
 
@@ -126,6 +133,25 @@ def power_headroom(device: Device, peak: np.ndarray) -> np.ndarray:
     the peak and the energy of a switch (which shrinks with the process); a GPU whose TDP leaves little
     of it (a 70 W T4, a 72 W L4) cannot hold its boost clock through a long kernel."""
     return device.tdp_w / (peak / 1e12 * max(device.process_nm, 1.0))
+
+
+def misaligned(columns: KernelColumns) -> np.ndarray:
+    """The tensor-core matrix products and convolutions whose depth or output columns are not a multiple of
+    :data:`OPERAND_ALIGNMENT_BYTES` at their element size.
+
+    >>> import numpy as np
+    >>> c = KernelColumns(group=np.array([0, 0]), unit=np.array([2, 2]), element_bytes=np.array([2.0, 2.0]),
+    ...                   flops=np.ones(2), moved=np.ones(2), gemm=np.array([[1, 64, 4096, 4096], [1, 64, 5671, 4096]]),
+    ...                   rows=np.zeros((2, 2)), winograd=np.zeros(2, bool), weight_operand=np.ones(2, bool),
+    ...                   peak=np.ones(2))
+    >>> misaligned(c).tolist()
+    [False, True]
+    """
+    _, _, n, k = columns.gemm.T
+    row_bytes = np.stack([n, k]) * columns.element_bytes
+    off = (np.round(row_bytes) % OPERAND_ALIGNMENT_BYTES != 0).any(axis=0)
+    loaded_by_rows = np.isin(columns.group, [GROUPS.index(g) for g in ROW_LOADED_GROUPS])
+    return off & loaded_by_rows & (columns.unit > 0)
 
 
 def _log2p(x: np.ndarray) -> np.ndarray:
@@ -192,6 +218,7 @@ def candidates(columns: KernelColumns, device: Device, use_named_tiles: bool = F
         np.where(reduces, _log2p(rows), 0.0), np.where(reduces, _log2p(row_length), 0.0),
         np.log2(elements / (sms * THREADS_PER_SM) + 1e-3),
         np.where(tiled, device.compute_capability - GENERATION_CENTRE, 0.0),
+        (tiled & misaligned(c)).astype(float),
     ], axis=1)
     x[:, len(GROUPS) + len(UNITS):] = dense
     return Candidates(operator=op, kind=kind, features=x, compute_s=compute_s, memory_s=memory_s,

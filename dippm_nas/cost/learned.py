@@ -192,7 +192,7 @@ class PMGNSCostModel:
         energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
         memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
         seen_gpu = gpu.key in self.card.devices
-        error = lookup("pmgns", device.key, precision, graph.batch,
+        error = lookup("pmgns", device, precision, graph.batch,
                        family_in_training=graph.family in self.card.families, gpu_in_training=seen_gpu)
         read_notes = (f"MIG slice {device.slice_of}: no slice was measured; PMGNS's correction of the whole "
                       f"{gpu.key} is applied to the slice's roofline (its SMs and share of memory bandwidth)",
@@ -206,7 +206,7 @@ class PMGNSCostModel:
                            f"{read_precision} is applied to the {precision} roofline",)
         return Estimate(
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
-            memory=analytical.memory, cost_model=_learned_label(learned),
+            memory=analytical.memory, cost_model=_learned_label(learned), answered_by=self.name,
             notes=coverage_notes(self.card, graph.family, graph.batch, error) + read_notes
             + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host,
                                precision_named(precision).autocast),

@@ -188,12 +188,12 @@ class OperatorCostModel:
         if calibration is not None:
             estimate = calibration.adjusted(estimate, timed.latency_s, float(timed.busy_s.sum()), device)
         notes = estimate.notes + self._notes(device, precision) + ((calibration.note(),) if calibration else ())
-        estimate = replace(estimate, cost_model=self.name, notes=notes)
+        estimate = replace(estimate, cost_model=self.name, answered_by=self.name, notes=notes)
         if estimate.latency_ms <= 0:
             return estimate
         if calibration is not None:
             return replace(estimate, error=calibration.error())
-        return replace(estimate, error=lookup(self.name, device.key, precision, graph.batch))
+        return replace(estimate, error=lookup(self.name, device, precision, graph.batch))
 
     def _notes(self, device: Device, precision: str) -> tuple[str, ...]:
         """Which data backs the operators' units at this precision and on this GPU."""

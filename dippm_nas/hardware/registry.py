@@ -1,8 +1,10 @@
-"""The device registry: every GPU of ``data/gpu_specs.csv`` with its MIG table.
+"""The device registry: every GPU of ``data/gpu_specs.csv`` with its MIG table, and the user's own.
 
-Devices are data: adding a GPU is adding a row to the CSV files shipped in ``data/`` (copied from the
-project's reference sheets, whose caveats are kept in ``data/SOURCES.md``). Each device keeps the
-sheet's ``verified`` flag and note, so a prediction can say how firm the numbers under it are.
+Devices are data: the shipped sheet's rows come from the project's reference sheets (their caveats are kept
+in ``data/SOURCES.md``), and a user adds a GPU as a row of a file of their own
+(:mod:`dippm_nas.hardware.user_sheets`), never by editing the installed package. Each device keeps the
+sheet's ``verified`` flag and note, and the file a user's row came from, so a prediction can say how firm
+the numbers under it are.
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from dippm_nas.errors import DippmError, UnknownDeviceError, suggest
+from dippm_nas.hardware.user_sheets import (
+    DEVICES_ENV,
+    DeviceSheetError,
+    read_user_rows,
+    template_row,
+    user_directory,
+    user_files,
+)
 from dippm_nas.precisions import PRECISIONS, precision_named
 
 GIB_IN_MIB = 1024.0
@@ -74,6 +85,8 @@ class Device:
     mig_profiles: tuple[MigProfile, ...] = field(default=())
     #: For a MIG slice, the profile it stands for; None for a whole GPU.
     slice_of: str | None = None
+    #: The user's file the row came from; '' for the shipped sheet's.
+    source: str = ""
 
     @property
     def has_mig(self) -> bool:
@@ -175,6 +188,7 @@ class Device:
             "verified": self.verified,
             "note": self.note,
             "precisions": list(self.precisions),
+            "source": self.source or "shipped",
             "mig_profiles": [vars(p) | {"usable_mib": p.usable_mib} for p in self.mig_profiles],
         }
 
@@ -209,52 +223,70 @@ def _read_csv(name: str) -> list[dict[str, str]]:
     return list(csv.DictReader(text.splitlines()))
 
 
+def _mig_profile(row: dict[str, str]) -> MigProfile:
+    return MigProfile(name=row["profile"], max_instances=int(float(row["max_instances"])),
+                      usable_gib=float(row["usable_gib"]), sm_count=int(float(row["sm_count"])),
+                      copy_engines=int(float(row["copy_engines"])), note=row.get("note") or "")
+
+
+def _device(row: dict[str, str], profiles: dict[str, list[MigProfile]], source: str = "") -> Device:
+    key = row["key"]
+    has_mig = (row.get("mig") or "").strip().lower() == "yes"
+    if has_mig and key not in profiles:
+        where = source or "gpu_specs.csv"
+        raise DeviceSheetError(f"{where} says {key} has MIG but no MIG table lists its profiles.")
+    return Device(
+        key=key, name=row["name"], sm_count=int(float(row["sm_count"])), boost_mhz=_optional(row.get("boost_mhz", "")),
+        fp32_tflops=float(row["fp32_tflops"]), tf32_tflops=_optional(row.get("tf32_tflops", "")),
+        fp16_tflops=_optional(row.get("fp16_tensor_tflops_dense", "")),
+        bf16_tflops=_optional(row.get("bf16_tensor_tflops_dense", "")),
+        memory_gib=float(row["memory_gib"]), memory_bw_gbs=float(row["memory_bw_gbs"]), l2_mb=float(row["l2_mb"]),
+        tdp_w=float(row["tdp_w"]), compute_capability=float(row["compute_capability"]),
+        process_nm=float(row["process_nm"]), verified=row.get("verified") or ("yours" if source else ""),
+        note=row.get("note") or "", source=source,
+        mig_profiles=tuple(sorted(profiles.get(key, ()), key=lambda p: (p.usable_gib, p.sm_count)))
+        if has_mig else (),
+    )
+
+
 @cache
-def _registry() -> dict[str, Device]:
+def _shipped() -> dict[str, Device]:
     profiles: dict[str, list[MigProfile]] = {}
     for row in _read_csv("mig_profiles.csv"):
-        profiles.setdefault(row["gpu"], []).append(
-            MigProfile(
-                name=row["profile"],
-                max_instances=int(row["max_instances"]),
-                usable_gib=float(row["usable_gib"]),
-                sm_count=int(row["sm_count"]),
-                copy_engines=int(row["copy_engines"]),
-                note=row["note"],
-            )
-        )
+        profiles.setdefault(row["gpu"], []).append(_mig_profile(row))
     for key, donor in BORROWED_MIG_TABLES.items():
         profiles.setdefault(key, [
             replace(p, note=f"table of {donor} (same chip and memory), not verified on {key}"
                     + (f"; {p.note}" if p.note else ""))
             for p in profiles[donor]
         ])
-    devices = {}
-    for row in _read_csv("gpu_specs.csv"):
-        key = row["key"]
-        devices[key] = Device(
-            key=key,
-            name=row["name"],
-            sm_count=int(row["sm_count"]),
-            boost_mhz=_optional(row["boost_mhz"]),
-            fp32_tflops=float(row["fp32_tflops"]),
-            tf32_tflops=_optional(row["tf32_tflops"]),
-            fp16_tflops=_optional(row["fp16_tensor_tflops_dense"]),
-            bf16_tflops=_optional(row["bf16_tensor_tflops_dense"]),
-            memory_gib=float(row["memory_gib"]),
-            memory_bw_gbs=float(row["memory_bw_gbs"]),
-            l2_mb=float(row["l2_mb"]),
-            tdp_w=float(row["tdp_w"]),
-            compute_capability=float(row["compute_capability"]),
-            process_nm=float(row["process_nm"]),
-            verified=row["verified"],
-            note=row["note"],
-            mig_profiles=tuple(sorted(profiles.get(key, ()), key=lambda p: (p.usable_gib, p.sm_count)))
-            if row["mig"] == "yes" else (),
-        )
-        if row["mig"] == "yes" and key not in profiles:
-            raise RuntimeError(f"gpu_specs.csv says {key} has MIG but mig_profiles.csv lists none")
-    return devices
+    return {row["key"]: _device(row, profiles) for row in _read_csv("gpu_specs.csv")}
+
+
+@cache
+def _with_user_files(files: tuple[tuple[str, int], ...]) -> dict[str, Device]:
+    """The shipped devices and the rows of the user's ``files`` (path, modification time): read again when a
+    file is added, removed or changed."""
+    shipped = _shipped()
+    rows = read_user_rows([Path(path) for path, _ in files], shipped)
+    profiles: dict[str, list[MigProfile]] = {}
+    for _, row in rows.mig:
+        profiles.setdefault(row["gpu"].strip().lower(), []).append(_mig_profile(row))
+    return {**shipped, **{row["key"]: _device(row, profiles, source) for source, row in rows.specs}}
+
+
+def _registry() -> dict[str, Device]:
+    return _with_user_files(tuple((str(path), path.stat().st_mtime_ns) for path in user_files()))
+
+
+def spec_template() -> str:
+    """A spec sheet of one row for the user to fill in: the shipped sheet's columns, an L4's values.
+
+    >>> spec_template().splitlines()[0].split(",")[:3]
+    ['key', 'name', 'sm_count']
+    """
+    rows = _read_csv("gpu_specs.csv")
+    return template_row(next(r for r in rows if r["key"] == "l4"), list(rows[0]))
 
 
 def list_devices() -> list[Device]:
@@ -285,7 +317,8 @@ def get_device(key: str | Device) -> Device:
     if base not in devices:
         raise UnknownDeviceError(
             f"unknown device {key!r}; known devices: {', '.join(devices)}." + suggest(base, devices)
-            + " Run `dippm-nas devices` for their specs."
+            + f" Run `dippm-nas devices` for their specs; to add your own GPU, fill in the row `dippm-nas devices "
+            f"--template` prints and name its file in {DEVICES_ENV} (or put it in {user_directory()})."
         )
     device = devices[base]
     return device.as_slice(device.mig_profile(profile)) if profile else device

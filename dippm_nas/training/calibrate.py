@@ -37,6 +37,7 @@ from dippm_nas.cost.calibration import ALL_SCALES_FIT, Calibration, CalibrationR
 from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
 from dippm_nas.cost.table import node_table
 from dippm_nas.errors import DippmError, one_line
+from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, harness_memory
 
@@ -309,6 +310,25 @@ def fit_memories(terms: np.ndarray, measured: np.ndarray) -> tuple[tuple[float, 
     return (None if name == MEMORY_FITS[0] else factors), left_out
 
 
+def precision_of_rows(rows: Sequence[MeasuredRow], source: str) -> str:
+    """The one precision ``rows`` say they were measured at (PyTorch's defaults where none says); rows of several
+    are one DippmError that lists them and says how to choose.
+
+    >>> precision_of_rows([MeasuredRow("resnet18", 8, 1.0, precision="fp16")] * 2, "rows.csv")
+    'fp16'
+    """
+    from dippm_nas.precisions import DEFAULT_PRECISION
+
+    said = Counter(r.precision for r in rows if r.precision)
+    if len(said) > 1:
+        raise DippmError(f"{source} holds rows at {_held(said)}: calibrate one of them with --precision.")
+    return next(iter(said), DEFAULT_PRECISION)
+
+
+def _held(precisions: Counter) -> str:
+    return ", ".join(f"{name} ({n} row{'s' * (n > 1)})" for name, n in precisions.most_common())
+
+
 def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: str, source: str,
               graph_of: Callable[[MeasuredRow], object] | None = None, say: Callable[[str], None] = print,
               model: OperatorCostModel | None = None) -> Calibration:
@@ -343,7 +363,8 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
             continue
         used.append(row)
         parts.append(model.latency_parts(graph, gpu, precision, mode=mode, host=DEFAULT_HOST))
-        terms.append(memory_terms(model.analytical.memory(node_table(graph), precision), row.memory_counts_modules))
+        table = node_table(graph_at_precision(graph, precision)[0])
+        terms.append(memory_terms(model.analytical.memory(table, precision), row.memory_counts_modules))
     for other, count in elsewhere.items():
         say(f"{count} row{'s' if count > 1 else ''} measured on {other} left out: this calibrates {gpu.key}")
     if len(used) < MIN_ROWS and elsewhere:
@@ -351,8 +372,10 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
         raise DippmError(f"{source}'s rows at {precision} were measured on {other}, not {gpu.key}: calibrate with "
                          f"--device {other}.")
     if len(used) < MIN_ROWS:
+        held = Counter(r.precision for r in rows if r.precision and r.precision != precision)
+        other = f"; the file holds rows at {_held(held)}: calibrate that with --precision" if held else ""
         raise DippmError(f"{len(used)} usable rows at {precision} in {source}: a calibration needs {MIN_ROWS} or "
-                         "more (about ten, spread over batch sizes and models, calibrate best).")
+                         f"more (about ten, spread over batch sizes and models, calibrate best){other}.")
     measured = np.array([r.latency_ms for r in used]) * 1e-3
     scales, left_out, fit = fit_chosen(parts, measured)
     before = np.array([scaled_latency_ms(part, np.ones(3)) for part in parts]) * 1e-3

@@ -1,6 +1,6 @@
 """Operator-level ground truth for the operator model, read as measured.
 
-Two sources, each with its own protocol:
+Three sources, each with its own protocol:
 
 * ``data/neusight/operators/<op>/<GPU>.csv.xz``, NeuSight's corpus: 256,509 fp32 operators (batched and
   plain matrix products, convolutions, elementwise operators, softmax, layer norm) on five GPUs, each
@@ -10,6 +10,8 @@ Two sources, each with its own protocol:
   (:func:`protocol_gaps`), and a GPU held out gets the median of the other machines' gaps.
 * ``data/measurements/sweeps/*.csv``, the harness's operator sweeps: one operator at a time at every
   precision, events around each iteration queued behind a GPU sleep, so no host gap.
+* ``data/vidur``, Vidur's fp16 GEMMs of LLM layers on an A100 80GB and an H100
+  (:mod:`dippm_nas.training.vidur`): the kernel's CUDA time under torch.profiler, so no host gap either.
 
 Every row becomes a :class:`OperatorSamples` row: the operator as
 :class:`~dippm_nas.cost.kernel_structure.KernelColumns` describes it, its GPU, its measured seconds and
@@ -35,6 +37,7 @@ from dippm_nas.hardware.registry import get_device
 from dippm_nas.precisions import precision_named
 from dippm_nas.training.paths import project
 from dippm_nas.training.records import GPU_NAMES, NEUSIGHT_GPUS, origin_of
+from dippm_nas.training.vidur import VIDUR_GPUS, VIDUR_PRECISION, measured_gemms
 
 #: NeuSight's protocol: fp32 tensors, cuDNN's TF32 off and matmuls at PyTorch's default (full FP32).
 CORPUS_PRECISION = "fp32-strict"
@@ -51,8 +54,10 @@ SWEEP_GROUPS = {"mm": "gemm", "linear": "gemm", "bmm": "gemm", "conv2d": "conv",
 #: The library that runs each group's arithmetic, as the graph's categories say (none: the CUDA cores).
 GROUP_LIBRARY = {"gemm": operators.GEMM.library, "attention": operators.ATTENTION.library,
                  "conv": operators.CONV.library}
+#: The operator name of Vidur's GEMMs: linear layers, kept apart from the sweeps' in the reports.
+VIDUR_OPERATOR = "vidur_linear"
 #: Operators that count as GEMM-class in the reports (the rest are memory-bound).
-GEMM_CLASS = frozenset({"bmm", "linear", "conv", "mm", "conv2d", "sdpa"})
+GEMM_CLASS = frozenset({"bmm", "linear", "conv", "mm", "conv2d", "sdpa", VIDUR_OPERATOR})
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +68,7 @@ class OperatorSamples:
     columns: KernelColumns
     gpu: np.ndarray
     operator: np.ndarray
-    protocol: np.ndarray  # "corpus" (host gap included) or "sweep" (the kernel alone)
+    protocol: np.ndarray  # "corpus" (host gap included), "sweep" or "vidur" (the kernel alone)
     precision: np.ndarray
     seconds: np.ndarray
     source: np.ndarray
@@ -221,12 +226,30 @@ def _sweep_operator(row: dict[str, str], gpu: str) -> dict[str, object]:
     return out
 
 
+def vidur_samples(folder: Path) -> OperatorSamples:
+    """Vidur's GEMMs in ``folder`` (``data/vidur``): each linear layer shape of each GPU, an fp16 half-weights
+    ``nn.Linear`` without bias at its tokens' rows."""
+    rows = _Builder.empty()
+    root = project().root
+    for name, gpu in VIDUR_GPUS.items():
+        peak = _peak("gemm", gpu, VIDUR_PRECISION)
+        unit, element = _unit(peak, gpu, VIDUR_PRECISION), precision_named(VIDUR_PRECISION).element_bytes
+        for (k, n, tokens), ms in measured_gemms(folder / name).items():
+            moved = element * (tokens * k + k * n + tokens * n)
+            rows.add(gpu=gpu, operator=VIDUR_OPERATOR, protocol="vidur", precision=VIDUR_PRECISION, seconds=ms * 1e-3,
+                     source=origin_of(folder / name, root), group=GROUPS.index("gemm"), unit=unit,
+                     element_bytes=element, flops=2.0 * tokens * k * n, moved=moved, gemm=(1, tokens, n, k),
+                     weight_operand=True, peak=peak)
+    return rows.samples()
+
+
 def load_operator_samples() -> OperatorSamples:
-    """Every operator-level sample of the project's data set: NeuSight's corpus and the harness's sweeps."""
+    """Every operator-level sample of the project's data set: NeuSight's corpus, the harness's sweeps and
+    Vidur's GEMMs."""
     paths = project()
     corpus = corpus_samples(paths.data / "neusight" / "operators")
     sweeps = sweep_samples(sorted((paths.measurements / "sweeps").glob("*.csv")))
-    return OperatorSamples.concatenate([corpus, sweeps])
+    return OperatorSamples.concatenate([corpus, sweeps, vidur_samples(paths.data / "vidur")])
 
 
 def protocol_gaps(samples: OperatorSamples) -> dict[tuple[str, str], float]:

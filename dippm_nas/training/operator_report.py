@@ -20,14 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.training.operator_data import GEMM_CLASS
+from dippm_nas.training.operator_data import GEMM_CLASS, VIDUR_OPERATOR
 from dippm_nas.training.operator_records import progress_to_stderr
 from dippm_nas.training.operator_training import HeldOut
 
 #: The bars the operator-model issue sets: median over held-out GPUs per category, and no GPU above the last.
 OPERATOR_BARS = {"gemm-class": 0.15, "others": 0.20, "any GPU": 0.25}
 #: The bars on NeuSight's whole transformers, per GPU.
-TRANSFORMER_BARS = {"a100-40gb-pcie": 0.08, "v100-pcie-32gb": 0.08, "t4": 0.15}
+TRANSFORMER_BARS = {"a100-40gb-pcie": 0.06, "v100-pcie-32gb": 0.08, "t4": 0.12}
+#: Vidur's GEMMs of a held-out GPU by tokens, and the bar on those of at least MANY_TOKENS.
+TOKEN_RANGES = ((1, 255), (256, 1999), (2000, 32768))
+MANY_TOKENS, VIDUR_BAR = 256, 0.15
 
 
 def category(operator: str) -> str:
@@ -50,12 +53,15 @@ class OperatorFigures:
 
     by_operator: dict[str, dict[str, dict[str, float]]]  # gpu -> operator -> {"model", "roofline", "n"}
     by_category: dict[str, dict[str, dict[str, float]]]  # gpu -> category -> {"model", "roofline"}
+    #: gpu -> tokens ("256-1999", ...) -> {"model", "roofline", "n"}, for Vidur's GEMMs of the held-out GPU
+    vidur_by_tokens: dict[str, dict[str, dict[str, float]]]
 
     @classmethod
     def of(cls, held_out: list[HeldOut]) -> OperatorFigures:
         """The figures of the held-out GPUs' predictions."""
         by_operator: dict = {}
         by_category: dict = {}
+        vidur: dict = {}
         for h in held_out:
             ops = {}
             for op in sorted(set(h.samples.operator)):
@@ -67,7 +73,15 @@ class OperatorFigures:
                 cat: {k: float(np.mean([v[k] for op, v in ops.items() if category(op) == cat])) for k in
                       ("model", "roofline")}
                 for cat in ("gemm-class", "others") if any(category(op) == cat for op in ops)}
-        return cls(by_operator, by_category)
+            gemms = h.samples.operator == VIDUR_OPERATOR
+            tokens = h.samples.columns.gemm[:, 1]
+            for low, high in (*TOKEN_RANGES, (MANY_TOKENS, TOKEN_RANGES[-1][1])):
+                mine = gemms & (tokens >= low) & (tokens <= high)
+                if mine.any():
+                    vidur.setdefault(h.gpu, {})[f"{low}-{high}"] = {
+                        "model": _mape(h.predicted[mine], h.samples.seconds[mine]),
+                        "roofline": _mape(h.roofline[mine], h.samples.seconds[mine]), "n": int(mine.sum())}
+        return cls(by_operator, by_category, vidur)
 
     def medians(self) -> dict[str, dict[str, float]]:
         """Per category, the median over held-out GPUs of the model's and the roofline's MAPE."""
@@ -112,7 +126,7 @@ def write_operator_report(figures: OperatorFigures, transformers: dict, docs: Pa
         "# The operator model on GPUs it never saw", "",
         "Written by `dippm-nas evaluate --operators`. Part 1 holds each GPU of the operator data out in turn: the "
         "model (`dippm_nas/cost/operator_model.py`) is trained without its operators and records, and without "
-        "those of a GPU of the same chip (the A100's two boards; the H100 and the H200), then predicts every "
+        "those of a GPU of the same chip (the A100's three boards; the H100 and the H200), then predicts every "
         "one of its operators. NeuSight's corpus times one call with CUDA events, so its measurements hold "
         "the host's gap before the kernel: a held-out GPU gets the other machines' median gap for each operator, "
         "and so does the roofline beside it (FLOPs at the peak or bytes at the bandwidth). A category's MAPE is "
@@ -132,6 +146,14 @@ def write_operator_report(figures: OperatorFigures, transformers: dict, docs: Pa
               "|---|---|---|---|---|"]
     for gpu, ops in figures.by_operator.items():
         lines += [f"| {gpu} | {op} | {v['n']} | {v['model']:.1%} | {v['roofline']:.1%} |" for op, v in ops.items()]
+    lines += ["", f"Vidur's fp16 GEMMs of the held-out GPU (`data/vidur`: LLM layers' linear layers) by tokens; bar "
+              f"{VIDUR_BAR:.0%} at {MANY_TOKENS} tokens and more:", "",
+              "| held-out GPU | tokens | GEMMs | operator model | roofline | bar |", "|---|---|---|---|---|---|"]
+    for gpu, ranges in figures.vidur_by_tokens.items():
+        for tokens, v in ranges.items():
+            bar = ("met" if v["model"] <= VIDUR_BAR else "NOT met") if tokens.startswith(f"{MANY_TOKENS}-") and \
+                int(tokens.split("-")[1]) == TOKEN_RANGES[-1][1] else ""
+            lines.append(f"| {gpu} | {tokens} | {v['n']} | {v['model']:.1%} | {v['roofline']:.1%} | {bar} |")
     lines += ["", "## 2. NeuSight's whole transformers (fp32, not in the operator model's training)", "",
               "| GPU | records | operators | analytical | PMGNS | bar |", "|---|---|---|---|---|---|"]
     for gpu, models in transformers.items():
@@ -143,7 +165,7 @@ def write_operator_report(figures: OperatorFigures, transformers: dict, docs: Pa
     (docs / "accuracy").mkdir(parents=True, exist_ok=True)
     (docs / "accuracy" / "operators.json").write_text(json.dumps(
         {"by_category": figures.by_category, "by_operator": figures.by_operator, "medians": medians,
-         "transformers": transformers}, indent=1) + "\n")
+         "vidur_by_tokens": figures.vidur_by_tokens, "transformers": transformers}, indent=1) + "\n")
     path = docs / "operators.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -2,9 +2,10 @@
 holding each GPU out of it in turn.
 
 The loss is the absolute log ratio of predicted to measured seconds (about the relative error, and robust to
-the few measurements a machine disturbed), each (GPU, operator) weighted alike so that NeuSight's 87,000
-batched matrix products do not drown its 1,400 layer norms, and the sweep's points, the only ones at the
-tensor-core precisions, weighted :attr:`OperatorTraining.sweep_weight` times. A corpus measurement is
+the few measurements a machine disturbed), each (GPU, operator, protocol) weighted alike so that NeuSight's
+87,000 batched matrix products do not drown its 1,400 layer norms, and the kernels timed alone (the sweeps'
+points and Vidur's GEMMs, the only ones at the tensor-core precisions) weighted
+:attr:`OperatorTraining.kernel_weight` times. A corpus measurement is
 predicted as its machine's protocol gap plus the kernel's time (:mod:`dippm_nas.training.operator_data`).
 Every setting is fixed here, before any GPU is held out; nothing is chosen on a held-out GPU.
 """
@@ -32,7 +33,7 @@ class OperatorTraining:
     epochs: int = 20
     batch_size: int = 4096
     lr: float = 3e-3
-    sweep_weight: float = 3.0
+    kernel_weight: float = 3.0
     #: whole-model records per step, and their loss's weight beside the operators'
     record_batch: int = 32
     record_weight: float = 1.0
@@ -70,11 +71,13 @@ class _Stacked:
                                     torch.from_numpy(np.repeat(np.arange(len(index)), lengths)), len(index))
 
 
-def _weights(samples: OperatorSamples, sweep_weight: float) -> np.ndarray:
-    """Each sample's weight: every (GPU, operator) alike, the sweep's points ``sweep_weight`` times."""
-    counts = Counter(zip(samples.gpu, samples.operator))
-    w = np.array([1.0 / counts[key] for key in zip(samples.gpu, samples.operator)])
-    return np.where(samples.protocol == "sweep", w * sweep_weight, w)
+def _weights(samples: OperatorSamples, kernel_weight: float) -> np.ndarray:
+    """Each sample's weight: every (GPU, operator, protocol) alike, the kernels timed alone (every protocol
+    but NeuSight's corpus) ``kernel_weight`` times."""
+    keys = list(zip(samples.gpu, samples.operator, samples.protocol))
+    counts = Counter(keys)
+    w = np.array([1.0 / counts[key] for key in keys])
+    return np.where(samples.protocol != "corpus", w * kernel_weight, w)
 
 
 def fit(samples: OperatorSamples, records: RecordSet | None = None, config: OperatorTraining = OperatorTraining(),
@@ -89,9 +92,9 @@ def fit(samples: OperatorSamples, records: RecordSet | None = None, config: Oper
     features = stacked.candidates.features
     covered = torch.zeros(len(GROUPS), len(UNITS), dtype=torch.bool)
     covered[torch.from_numpy(samples.columns.group), torch.from_numpy(samples.columns.unit)] = True
-    network = OperatorNetwork(features.mean(dim=0), features.std(dim=0) + 1e-3, covered)
+    network = OperatorNetwork(features.mean(dim=0), _scale(features), covered)
     optimiser = torch.optim.Adam(network.parameters(), lr=config.lr)
-    weights = torch.from_numpy(_weights(samples, config.sweep_weight).astype(np.float32))
+    weights = torch.from_numpy(_weights(samples, config.kernel_weight).astype(np.float32))
     measured = torch.from_numpy(np.log(samples.seconds).astype(np.float32))
     record_weights = _record_weights(records) if records else None
     for epoch in range(config.epochs):
@@ -130,6 +133,14 @@ def fit(samples: OperatorSamples, records: RecordSet | None = None, config: Oper
             if records else {},
             "protocol_gaps_us": {f"{gpu}:{op}": round(g * 1e6, 3) for (gpu, op), g in sorted(gaps.items())}}
     return OperatorModel(network, card)
+
+
+def _scale(features: torch.Tensor) -> torch.Tensor:
+    """Each feature's standardising scale; infinite for a feature the training data never varies (no
+    misaligned tensor-core GEMM among a fold's GPUs, say), so that the network reads it as 0 rather than
+    as a value it never learned anything about."""
+    std = features.std(dim=0)
+    return torch.where(std > 1e-6, std + 1e-3, torch.inf)
 
 
 def _record_weights(records: RecordSet) -> np.ndarray:
@@ -204,7 +215,7 @@ def without(records: RecordSet | None, gpus: Sequence[str]) -> RecordSet | None:
 #: GPUs held out together: one chip with other memory on another board (GA100 with 40 or 80 GB, GH100 with
 #: HBM3 or HBM3e). Their kernels are the same; a fold that trained on one would time the other's from its twin's
 #: measurements, which a user of a GPU nobody measured does not have.
-SAME_CHIP = (("a100-40gb-pcie", "a100-80gb-pcie"), ("h100-sxm", "h200"))
+SAME_CHIP = (("a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb"), ("h100-sxm", "h200"))
 
 
 def chip_of(gpu: str) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ def test_learned_prediction_at_h100_batch_1_cites_its_own_records(rows, graphs):
     """Not the random split's 4.9 %: the MAPE of the H100's batch-1 test records of seen families."""
     expected, n = _mape([r for r in rows if r["split"] == "random" and r["device"] == "h100-sxm"
                          and r["batch"] == "1" and r["precision"] == "fp16"], "pmgns")
-    p = predict_graph(graphs[1], "h100-sxm", "fp16")
+    p = predict_graph(graphs[1], "h100-sxm", "fp16", "pmgns")
     assert p.cost_model.startswith("pmgns")
     e = p.latency_error
     assert (e.cost_model, e.group, e.devices, e.records) == ("pmgns", "pmgns/random", ("h100-sxm",), n)

@@ -30,7 +30,7 @@ def test_cuda_graphs_mode_has_no_host_term(resnet):
     assert p.latency_ms == pytest.approx(graphs.time_s.sum() * 1e3)
 
 
-@pytest.mark.parametrize("cost_model, name", [("auto", "pmgns"), ("operators", "operators")])
+@pytest.mark.parametrize("cost_model, name", [("operators", "operators"), ("pmgns", "pmgns")])
 def test_the_learned_models_time_the_gpu_of_either_mode(resnet, cost_model, name):
     eager = predict_graph(resnet, "h100-sxm", "fp16", cost_model)
     graphs = predict_graph(resnet, "h100-sxm", "fp16", cost_model, mode="cuda-graphs")

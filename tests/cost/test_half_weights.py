@@ -70,10 +70,11 @@ def test_a_float32_model_at_half_weights_is_the_model_built_half():
         import timm
 
         half_model = timm.create_model("resnet18").half()
-    built_half = dippm_nas.predict(half_model, batch=64, device="h100-sxm")
-    cast = dippm_nas.predict("resnet18", batch=64, device="h100-sxm", precision="fp16-weights")
-    full = dippm_nas.predict("resnet18", batch=64, device="h100-sxm")
-    autocast = dippm_nas.predict("resnet18", batch=64, device="h100-sxm", precision="fp16")
+    on_h100 = {"batch": 64, "device": "h100-sxm", "cost_model": "operators"}
+    built_half = dippm_nas.predict(half_model, **on_h100)
+    cast = dippm_nas.predict("resnet18", precision="fp16-weights", **on_h100)
+    full = dippm_nas.predict("resnet18", **on_h100)
+    autocast = dippm_nas.predict("resnet18", precision="fp16", **on_h100)
     assert built_half.precision == cast.precision == "fp16-weights" and full.precision == "fp32"
     assert built_half.latency_ms == pytest.approx(cast.latency_ms, rel=1e-9)
     assert built_half.memory_mib == pytest.approx(cast.memory_mib, rel=1e-9)

@@ -1,5 +1,5 @@
 """The shipped PMGNS answers on every GPU of the registry and every precision it has a peak for, including a
-GPU added to the registry as one CSV row, with no retraining."""
+GPU added to the registry as one CSV row, with no retraining; the default answers with the operator model."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ def resnet18_b32():
     return build_graph("resnet18", batch=32)
 
 
-def test_the_readme_first_command_is_answered_by_the_learned_model():
+def test_the_readme_first_command_is_answered_by_the_operator_model():
     prediction = predict("resnet50", batch=8)  # A100-40GB, fp32: PyTorch's defaults
     assert prediction.device == "a100-40gb" and prediction.precision == "fp32"
-    assert prediction.cost_model.startswith("pmgns") and prediction.latency_error.cost_model == "pmgns"
+    assert prediction.answered_by == "operators" and prediction.latency_error.cost_model == "operators"
 
 
 def test_every_registry_gpu_and_precision_gets_the_learned_model(resnet18_b32):

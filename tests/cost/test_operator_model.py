@@ -36,7 +36,7 @@ def test_one_tile_more_than_a_full_wave_costs_a_wave(gpu):
     sms = device.sm_count
     full, plus_one = load().seconds(_gemms([sms, sms + 1], 128, 4096, device.fp16_tflops * 1e12, "tensor_half"),
                                     device)
-    assert plus_one > full * (1 + 2 / sms)  # far more than the one extra tile's share of the work
+    assert plus_one > full * (1 + 1 / sms)  # more than the one extra tile's share of the work
 
 
 def test_kernel_names_give_their_tiles_in_pytorchs_orientation():
@@ -68,8 +68,8 @@ def test_a_gpu_added_as_one_csv_row_is_predicted_without_retraining(half_4090):
 
 
 def test_the_operator_model_times_every_operator():
-    """The README's loop: the slowest operators with the times the operator model predicted; under the
-    default, which corrects the total only, `--top` lists the same operator model's times."""
+    """The README's loop: the slowest operators with the times the operator model, the default, predicted;
+    under PMGNS, which corrects the total only, `--top` lists the same operator model's times."""
     graph = build_graph("resnet50", batch=8)
     p = predict_graph(graph, cost_model="operators")
     top = p.estimate.top_nodes(5)
@@ -77,8 +77,10 @@ def test_the_operator_model_times_every_operator():
     assert all(n.time_ms > 0 for n in top) and top[0].time_ms >= top[-1].time_ms
     assert sum(n.time_ms for n in p.estimate.nodes) <= p.latency_ms * (1 + 1e-9)
     default = predict_graph(graph)
-    assert default.cost_model.startswith("pmgns") and not default.estimate.top_nodes(5)
-    assert slowest_operators(graph, default, 5) == (top, "operators")
+    assert default.answered_by == "operators" and default.estimate.top_nodes(5) == top
+    learned = predict_graph(graph, cost_model="pmgns")
+    assert learned.answered_by == "pmgns" and not learned.estimate.top_nodes(5)
+    assert slowest_operators(graph, learned, 5) == (top, "operators")
 
 
 def test_every_registry_kernel_group_is_one_the_model_knows():

@@ -26,7 +26,7 @@ def test_a_7g_slice_predicts_as_its_whole_gpu(resnet18_b64):
     """The same 132 SMs and all the memory bandwidth: the same cost model and the same latency (within 5 %)."""
     whole = predict_graph(resnet18_b64, "h100-sxm", "fp16")
     slice_ = predict_graph(resnet18_b64, "h100-sxm:7g.80gb", "fp16")
-    assert whole.cost_model == slice_.cost_model and whole.cost_model.startswith("pmgns")
+    assert whole.cost_model == slice_.cost_model
     assert slice_.latency_ms == pytest.approx(whole.latency_ms, rel=0.05)
     assert slice_.energy_j == pytest.approx(whole.energy_j, rel=0.05)
     assert any("no slice was measured" in n for n in slice_.notes)
@@ -39,7 +39,7 @@ def test_a_7g_slice_predicts_as_its_whole_gpu(resnet18_b64):
 def test_mig_table_takes_what_predict_takes():
     rows = mig_table("resnet18", "a100-40gb", batch=4)
     assert [r.profile for r in rows][:2] == ["1g.5gb", "1g.10gb"] and all(r.fits for r in rows)
-    assert len({r.cost_model for r in rows}) == 1 and rows[0].cost_model.startswith("pmgns")
+    assert len({r.cost_model for r in rows}) == 1 and rows[0].cost_model == "operators"
     assert rows[0].energy_j_per_sample == pytest.approx(rows[0].energy_j / 4)
     assert rows[0].to_dict()["memory_mib"] == rows[0].memory_mib > 0
 
@@ -59,7 +59,7 @@ def test_a_prediction_on_a_slice_speaks_of_that_slice(resnet18_b64, capsys):
 
 def test_mig_command_names_one_cost_model(capsys):
     code, out = _run(capsys, "mig", "resnet18", "--batch", "8", "--device", "h100-sxm", "--precision", "fp16")
-    assert code == 0 and "cost model, the same for the whole GPU and every slice: pmgns" in out
+    assert code == 0 and "cost model, the same for the whole GPU and every slice: operators" in out
     assert "whole GPU" in out and "latency ms/batch" in out
     code, out = _run(capsys, "mig", "resnet18", "--batch", "8", "--device", "h100-sxm", "--precision", "fp16",
                      "--json")
@@ -98,7 +98,7 @@ def test_units_are_named():
     assert data["memory_mb"] == data["memory_mib"] and data["energy_j_per_sample"] == p.energy_j_per_sample
     assert data["units"]["energy_j"].startswith("J for one inference of the whole batch")
     assert data["units"]["memory_mib"].startswith("MiB") and data["fits"] is True
-    assert json.loads(json.dumps(data))["latency_error"]["cost_model"] == "pmgns"
+    assert json.loads(json.dumps(data))["latency_error"]["cost_model"] == "operators"
     with pytest.warns(DeprecationWarning, match="memory_mib"):
         old = Prediction(model="m", latency_ms=1.0, energy_j=1.0, memory_mb=5.0, mig_profile=None, device="a100-40gb",
                          precision="fp32", batch=1, cost_model="analytical")
@@ -109,7 +109,7 @@ def test_predict_table_says_the_units(capsys):
     code, out = _run(capsys, "predict", "resnet18", "--batch", "4", "--device", "h100-sxm", "--precision", "fp16")
     assert code == 0
     for text in ("ms per batch", "J per batch", "J per sample", "MiB of 81,920 MiB", "fits           yes",
-                 "latency error", "note: latency error: PMGNS's MAPE"):
+                 "latency error", "note: latency error: the operator model's MAPE"):
         assert text in out
     code, out = _run(capsys, "predict", "resnet18", "--batch", "4", "--json")
     data = json.loads(out)

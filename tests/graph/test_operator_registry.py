@@ -29,20 +29,19 @@ def test_add_operator_in_one_place(tmp_path, monkeypatch):
     """A kind registered from this file alone: the graph reads it, the analytical model prices it, the operator
     model times it as the kind of kernel its category runs, a cached graph built before it was registered is
     not read again, and PMGNS, whose card does not know the kind, declines with a line that says why and how
-    to retrain: the default then falls back to the analytical model and says so."""
+    to retrain; the default, the operator model, reads kernel groups, not kinds, and answers."""
     monkeypatch.setenv("DIPPM_NAS_NO_CACHE", "0")
     monkeypatch.setenv("DIPPM_NAS_CACHE_DIR", str(tmp_path))
     elements = 4 * 1024
     before = predict(Atan(), (1024,), batch=4, device="a100-40gb")
-    assert before.cost_model.startswith("pmgns") and before.gflops * 1e9 == 2 * elements  # one FLOP each, as other
+    assert before.answered_by == "operators" and before.gflops * 1e9 == 2 * elements  # one FLOP each, as other
     operators.register("atan", operators.ACTIVATION, _atan_flops, relax=("relax.atan",))
     try:
         after = predict(Atan(), (1024,), batch=4, device="a100-40gb")  # not the graph cached before
         assert after.gflops * 1e9 == (ATAN_FLOPS_PER_ELEMENT + 1) * elements
         atan = [c for c in after.estimate.nodes if c.op == "atan"]
         assert len(atan) == 1 and atan[0].flops == ATAN_FLOPS_PER_ELEMENT * elements and atan[0].time_ms > 0
-        assert after.cost_model == "analytical"
-        assert any("another operator vocabulary (added: atan)" in n and "dippm-nas train" in n for n in after.notes)
+        assert after.answered_by == "operators"
         with pytest.raises(NotCovered, match=r"another operator vocabulary \(added: atan\).*dippm-nas train"):
             predict(Atan(), (1024,), batch=4, device="a100-40gb", cost_model="pmgns")
         timed = predict(Atan(), (1024,), batch=4, device="a100-40gb", cost_model="operators")
@@ -55,7 +54,8 @@ def test_add_operator_in_one_place(tmp_path, monkeypatch):
         operators.unregister("atan")
     assert operators.lookup("relax.atan") is None
     again = predict(Atan(), (1024,), batch=4, device="a100-40gb")
-    assert again.cost_model.startswith("pmgns") and again.gflops == before.gflops
+    assert again.answered_by == "operators" and again.gflops == before.gflops
+    assert predict(Atan(), (1024,), batch=4, device="a100-40gb", cost_model="pmgns").answered_by == "pmgns"
 
 
 def test_a_kind_keeps_its_category():

@@ -35,10 +35,10 @@ def test_no_fold_trains_on_the_gpu_it_holds_out(monkeypatch):
     held = operator_training.leave_one_gpu_out(samples, records, progress=lambda line: None)
     assert {h.gpu for h in held} == set(samples.gpu)
     folds = operator_training._folds(samples.gpu)
-    assert ("a100-40gb-pcie", "a100-80gb-pcie") in folds and ("h100-sxm", "h200") in folds
+    assert ("a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb") in folds and ("h100-sxm", "h200") in folds
     assert len(trained) == len(folds)
     for fold, (sample_gpus, record_gpus) in zip(folds, trained):
         assert not set(fold) & (sample_gpus | record_gpus), fold
         assert sample_gpus | set(fold) == set(samples.gpu)
-    assert operator_training.chip_of("a100-80gb-pcie") == ("a100-40gb-pcie", "a100-80gb-pcie")
+    assert operator_training.chip_of("a100-80gb-pcie") == ("a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb")
     assert operator_training.chip_of("h200") == ("h100-sxm", "h200") and operator_training.chip_of("t4") == ("t4",)

@@ -306,14 +306,14 @@ def test_a_model_without_operators_costs_its_memory_only():
     from torch import nn
 
     from dippm_nas import predict
-    from dippm_nas.cost.learned import available
+    from dippm_nas.cost.base import NotCovered
 
     identity = predict(nn.Identity(), (3, 8, 8), batch=2, device="rtx4090", precision="fp16")
     assert identity.latency_ms == identity.energy_j == 0
     assert identity.memory_mb > 600  # the CUDA context and cuBLAS's workspace all the same
-    assert identity.cost_model == "analytical"
-    if available():  # where PMGNS covers the device, it says why it gave way
-        assert identity.notes == ("Identity runs no operators: analytical (roofline) estimate",)
+    assert identity.answered_by == "operators"
+    with pytest.raises(NotCovered, match="Identity runs no operators"):
+        predict(nn.Identity(), (3, 8, 8), batch=2, device="rtx4090", precision="fp16", cost_model="pmgns")
 
 
 def test_fused_convolutions_give_the_plain_networks_prediction():
