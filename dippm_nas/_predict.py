@@ -15,13 +15,14 @@ from dippm_nas.cost import Estimate, NodeCost, Prediction, get_cost_model
 from dippm_nas.cost.calibration import Calibration, load_calibration
 from dippm_nas.cost.card import operator_model_mismatch
 from dippm_nas.cost.choice import AUTO, estimate_with
-from dippm_nas.cost.host import HostProfile, check_mode, get_host_profile
+from dippm_nas.cost.host import HostProfile, get_host_profile
 from dippm_nas.errors import DippmError
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
 from dippm_nas.hardware.registry import Device, check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
+from dippm_nas.modes import check_mode
 
 DEFAULT_DEVICE = "a100-40gb"
 #: A calibration as the API takes it: a file :mod:`dippm_nas.cost.calibration` wrote, or one loaded; None: none.

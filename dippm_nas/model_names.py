@@ -64,8 +64,9 @@ TIMM_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_]+(\.[\w-]+)?$")
 
 def not_a_model(name: str, known: Iterable[str]) -> str:
     """The message for a name that is no model at all, with the closest of the ``known`` timm names."""
-    return (f"{name!r} is not a timm model, a model file or directory that exists, 'module:factory' or "
-            "'hf:<type>' (`dippm-nas predict --help` lists every kind)." + suggest(name, known, n=5))
+    return (f"{name!r} is not a timm model, a model file or directory that exists, 'module:factory', "
+            "'space:architecture' or 'hf:<type>' (`dippm-nas predict --help` lists every kind)."
+            + suggest(name, known, n=5))
 
 
 def timm_names_file() -> Path | None:

@@ -42,4 +42,38 @@ def get_search_space(name: str, **kwargs: Any) -> SearchSpace:
     return SEARCH_SPACES[name](**kwargs)
 
 
-__all__ = ["BlockSpec", "Candidate", "SEARCH_SPACES", "SearchSpace", "get_search_space"]
+def register_search_space(space: type[SearchSpace]) -> None:
+    """Add a space of your own under its ``name``, so that its candidates' names (``name:architecture``)
+    build anywhere a model is named: ``predict``, ``measure`` and ``calibrate``."""
+    known = SEARCH_SPACES.get(space.name)
+    if known is not None and known is not space:
+        raise DippmError(f"a search space named {space.name!r} is registered already ({known.__name__}); "
+                         "give yours another name.")
+    SEARCH_SPACES[space.name] = space
+
+
+def is_candidate_name(model: object) -> bool:
+    """Whether ``model`` is a candidate's name, ``space:architecture`` of a registered space: an architecture
+    has ``=`` or ``|`` in it, which tells it from a ``module:factory``.
+
+    >>> is_candidate_name("nb201:|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"), is_candidate_name("resnet:build")
+    (True, False)
+    """
+    if not isinstance(model, str):
+        return False
+    space, colon, arch = model.partition(":")
+    return bool(colon) and space in SEARCH_SPACES and ("=" in arch or "|" in arch)
+
+
+def candidate_named(model: str) -> Candidate:
+    """The candidate of a name :meth:`SearchSpace.model_name` wrote.
+
+    >>> candidate_named("nb201:|none~0|+|none~0|none~1|+|none~0|none~1|nor_conv_3x3~2|").arch["edge_3_2"]
+    'nor_conv_3x3'
+    """
+    space, _, arch = model.partition(":")
+    return get_search_space(space).from_text(arch)
+
+
+__all__ = ["BlockSpec", "Candidate", "SEARCH_SPACES", "SearchSpace", "candidate_named", "get_search_space",
+           "is_candidate_name", "register_search_space"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -134,6 +135,63 @@ class SearchSpace(ABC):
     @abstractmethod
     def from_arch(self, arch: Mapping[str, Any]) -> Candidate:
         """The candidate for a stored architecture, e.g. ``study.best_trial.params``."""
+
+    def arch_text(self, arch: Mapping[str, Any]) -> str:
+        """The architecture as one line of text, ``name=value`` pairs in its order: with the space's name it
+        names the candidate anywhere a model is named (:meth:`model_name`), so that anyone can rebuild it.
+
+        >>> from search_spaces import get_search_space
+        >>> get_search_space("resnet").arch_text({"width_stem": 0.8, "extra_depth_0": 1})
+        'width_stem=0.8,extra_depth_0=1'
+        """
+        return ",".join(f"{name}={value}" for name, value in arch.items())
+
+    def arch_of_text(self, text: str) -> dict[str, Any]:
+        """The architecture :meth:`arch_text` wrote, each value the parameter's choice that prints as written;
+        a DippmError names a pair that is not one.
+
+        >>> from search_spaces import get_search_space
+        >>> get_search_space("resnet").arch_of_text("width_stem=0.8,extra_depth_0=1")
+        {'width_stem': 0.8, 'extra_depth_0': 1}
+        """
+        known, arch = self.parameters, {}
+        for pair in filter(None, text.strip().split(",")):
+            name, equals, value = pair.partition("=")
+            choices = {str(choice): choice for choice in known.get(name.strip(), ())}
+            if not choices:
+                raise DippmError(f"{self.name}: {pair!r} in {text!r} names no parameter of the space."
+                                 + suggest(name.strip(), known) + f" Its parameters: {', '.join(list(known)[:8])}, ...")
+            if not equals or value.strip() not in choices:
+                raise DippmError(f"{self.name}: {pair!r} in {text!r}: {name.strip()} is one of {', '.join(choices)}.")
+            arch[name.strip()] = choices[value.strip()]
+        return arch
+
+    def model_name(self, candidate: Candidate) -> str:
+        """``space:architecture``: the candidate's name as ``predict``, ``measure`` and ``calibrate`` read it."""
+        return f"{self.name}:{self.arch_text(candidate.arch)}"
+
+    def from_text(self, text: str) -> Candidate:
+        """The candidate whose :meth:`arch_text` is ``text``, each parameter asked as :meth:`sample` asks it; a
+        parameter it asks and the text lacks is a DippmError that names it."""
+        arch, space = self.arch_of_text(text), self.name
+
+        class _Given:
+            def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+                if name not in arch:
+                    raise DippmError(f"{space}: the architecture {text!r} gives no {name} (one of "
+                                     f"{', '.join(map(str, choices))}).")
+                return arch[name]
+
+        return self.sample(_Given())
+
+    def random(self, rng: random.Random) -> Candidate:
+        """A candidate of uniformly drawn choices, each parameter asked as :meth:`sample` asks it."""
+
+        class _Draw:
+            def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+                return rng.choice(choices)
+
+        return self.sample(_Draw())
 
     def check_names(self, arch: Mapping[str, Any]) -> None:
         """Raise DippmError for a parameter the space does not have, or a value not among its choices."""

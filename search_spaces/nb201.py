@@ -197,6 +197,17 @@ class NB201Space(SearchSpace):
         op = "nor_conv_3x3" if largest else "none"
         return self.from_arch({name: self.fixed.get(name, op) for name in self.parameters})
 
+    def arch_text(self, arch: Mapping[str, Any]) -> str:
+        """The cell as NAS-Bench-201 writes it: ``nb201:|nor_conv_3x3~0|+|...|`` names the candidate."""
+        return cell_string({**self.fixed, **arch})
+
+    def arch_of_text(self, text: str) -> dict[str, Any]:
+        """The edges of a cell written as NAS-Bench-201 writes it."""
+        try:
+            return arch_of_cell(text)
+        except ValueError as exc:
+            raise DippmError(f"nb201: {exc}") from None
+
     def from_index(self, index: int) -> Candidate:
         """The candidate NAS-Bench-201 numbers ``index``."""
         return self.from_arch(arch_of_cell(cell_of_index(index)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 
 import pytest
@@ -14,7 +15,7 @@ warnings.filterwarnings("ignore")
 # the cache's own tests turn it on, in a directory of their own.
 os.environ.setdefault("DIPPM_NAS_NO_CACHE", "1")
 # The user's own GPU rows (~/.config/dippm-nas/devices) are not the tests': each test that needs one names it.
-os.environ["XDG_CONFIG_HOME"] = os.path.join(os.path.dirname(__file__), "no-user-config")
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="dippm-nas-no-user-config-")
 os.environ.pop("DIPPM_NAS_DEVICES", None)
 
 

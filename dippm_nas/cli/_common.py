@@ -73,6 +73,12 @@ def check_model_args(args: argparse.Namespace) -> None:
     check_model_path(args.model)
     if args.model.lower().endswith(".onnx"):
         read_onnx(args.model)  # onnx alone: a file that is no model is answered before torch and TVM load
+    arch = args.model.partition(":")[2]
+    if "=" in arch or "|" in arch:  # maybe a search space's candidate (whose package imports torch)
+        from search_spaces import candidate_named, is_candidate_name
+
+        if is_candidate_name(args.model):
+            candidate_named(args.model)  # an architecture the space does not have: said before TVM loads
     check_factory_module(args.model)
     check_timm_name(args.model)
     if getattr(args, "top", 0) < 0:

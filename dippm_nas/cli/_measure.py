@@ -44,8 +44,11 @@ QUICK_MANIFEST = Path(__file__).resolve().parents[1] / "measure" / "data" / "cal
 
 def cmd_measure(args: argparse.Namespace) -> int:
     """``dippm-nas measure``: a missing manifest is said before torch and timm are imported."""
-    if args.quick == (args.manifest is not None):
-        raise DippmError("give --manifest, or --quick for the ten configurations a calibration needs, not both.")
+    if sum((args.quick, args.manifest is not None, args.space is not None)) != 1:
+        raise DippmError("give one of --manifest, --quick (the ten configurations a calibration needs) and --space "
+                         "(candidates of a search space).")
+    if args.space is not None:
+        return _measure_space(args)
     manifest = QUICK_MANIFEST if args.quick else args.manifest
     if not os.path.exists(manifest):
         raise DippmError(f"no manifest at {manifest}; write one with `dippm-nas manifest --out {manifest}`.")
@@ -58,6 +61,25 @@ def cmd_measure(args: argparse.Namespace) -> int:
         run(configs, args.out, args.device, args.budget_s, args.by, what="kernels" if args.kernels else "latency")
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
+    return 0
+
+
+def _measure_space(args: argparse.Namespace) -> int:
+    """``measure --space``: the space, the count and the batch are checked before anything is measured."""
+    from search_spaces import get_search_space
+
+    space = get_search_space(args.space)
+    if args.n < 1 or args.batch < 1:
+        raise DippmError(f"--n {args.n} --batch {args.batch}: give how many candidates to measure and their batch, "
+                         "each 1 or more (about ten candidates calibrate best).")
+    from dippm_nas.measure.space import measure_space
+
+    try:
+        measure_space(space, args.out, args.n, args.batch, args.precision, args.device, args.seed, args.budget_s,
+                      args.by)
+    except RuntimeError as exc:
+        raise DippmError(str(exc)) from exc
+    print(f"calibrate with: dippm-nas calibrate {args.out} --device YOUR_GPU --out YOUR_GPU.json")
     return 0
 
 
@@ -82,9 +104,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--quick", action="store_true",
                     help="instead of --manifest: the ten configurations (timm models at batch 1 to 256) that "
                          "`dippm-nas calibrate` fits a GPU and its host best with, a few minutes")
+    me.add_argument("--space", default=None, metavar="NAME",
+                    help="instead of --manifest: --n candidates of this search space (e.g. nb201, mobilenetv3; an "
+                         "unknown name lists them) that span it, its smallest and largest and the rest spread over "
+                         "predicted latency, each row naming its candidate as space:architecture; `dippm-nas "
+                         "calibrate` fits your GPU to them")
+    me.add_argument("--n", type=int, default=10, help="with --space: how many candidates (default: 10)")
+    me.add_argument("--batch", type=int, default=64, help="with --space: their batch size (default: 64)")
+    me.add_argument("--seed", type=int, default=0, help="with --space: the draw of candidates (default: 0); rerun "
+                                                          "with it to resume")
     me.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
-                    help=f"with --quick: the precision to measure, the one the calibration is for: {precision_help()} "
-                         f"(default: {DEFAULT_PRECISION})")
+                    help=f"with --quick or --space: the precision to measure, the one the calibration is for: "
+                         f"{precision_help()} (default: {DEFAULT_PRECISION})")
     me.add_argument("--out", required=True, help="CSV to append to, e.g. data/measurements/h100.csv")
     me.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the harness (default: cuda)")
     me.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")

@@ -10,8 +10,10 @@ from dippm_nas.errors import DippmError
 
 EPILOG = """\
 MODEL is a timm model name (resnet50), a path to an .onnx file, 'package.module:factory' (a
-callable returning a torch.nn.Module), or 'hf:<model_type>' (a Hugging Face transformers
-architecture from its default config, e.g. hf:bert, hf:gpt2; needs the [transformers] extra).
+callable returning a torch.nn.Module), 'space:architecture' (a search space's candidate as
+`dippm-nas measure --space` writes it, e.g. 'nb201:|nor_conv_3x3~0|+|...|'), or 'hf:<model_type>'
+(a Hugging Face transformers architecture from its default config, e.g. hf:bert, hf:gpt2; needs
+the [transformers] extra).
 It may also be a Keras .keras/.h5 file, a TensorFlow SavedModel directory or a .tflite file (the
 [tensorflow] extra; shapes channels last, e.g. --input-shape 224,224,3), or a Paddle inference
 model: its .json/.pdmodel program beside its .pdiparams, or their directory (the [paddle] extra).
@@ -30,10 +32,11 @@ examples:
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
     from dippm_nas.hardware.registry import LAYOUTS, PRECISIONS
+    from dippm_nas.modes import EXECUTION_MODES
     from dippm_nas.precisions import precision_help
 
     parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
-                                      "'module:factory' or 'hf:<type>'")
+                                      "'module:factory', 'space:architecture' or 'hf:<type>'")
     parser.add_argument("--input-shape", metavar="SHAPE",
                         help="one float input's shape without the batch, e.g. 3,224,224 (default: the model's own)")
     parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", default=[],
@@ -48,14 +51,15 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
-                        help="auto (the operator model on every GPU and precision, the analytical model where its "
+                        help="auto (the operator model, PMGNS in the regimes where it erred less with each GPU "
+                             "held out: weights/routing.json; the analytical model where the operator model's "
                              "weights do not match this version), operators (each kernel learned from its tiles, "
                              "waves and the spec sheet), analytical (the roofline alone) or pmgns (DIPPM's "
                              "GraphSAGE correction of the roofline's total) (default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
-    parser.add_argument("--mode", default="eager", choices=["eager", "cuda-graphs"],
+    parser.add_argument("--mode", default="eager", choices=list(EXECUTION_MODES),
                         help="how the forward pass is issued: eager (PyTorch's default, each operator from the host) "
                              "or cuda-graphs (one replay, no host wait) (default: eager)")
     parser.add_argument("--host", default=None, metavar="PROFILE",

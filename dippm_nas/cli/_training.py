@@ -154,11 +154,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.paths import project
 
     if args.nas:
-        from dippm_nas.training.nas_report import run
+        from dippm_nas.training.nas_report import CALIBRATION_ROWS, run
 
         _project(args)
-        if args.nas_candidates < 2 * 10:
-            raise DippmError(f"--nas-candidates {args.nas_candidates}: give 20 or more, ten of which calibrate.")
+        if args.nas_candidates < 2 * CALIBRATION_ROWS:
+            raise DippmError(f"--nas-candidates {args.nas_candidates}: give {2 * CALIBRATION_ROWS} or more, "
+                             f"{CALIBRATION_ROWS} of which calibrate.")
         print(f"report: {run(args.nas_candidates, args.seed)}")
         return 0
     config = _training_config(args)
@@ -219,7 +220,7 @@ def _write_error_table() -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Read the rows, fit, report and write the calibration; the file and device are checked first."""
     from dippm_nas.hardware.registry import get_device
-    from dippm_nas.training.calibrate import calibrate, precision_of_rows, read_rows, report
+    from dippm_nas.training.calibrate import calibrate, mode_of_rows, precision_of_rows, read_rows, report
 
     gpu = get_device(args.device)
     if gpu.slice_of:
@@ -229,11 +230,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if out.is_dir() or not out.parent.is_dir():
         raise DippmError(f"cannot write the calibration to {args.out}: give a file in a folder that exists.")
     rows = read_rows(args.measurements, args.mode)
-    precision = args.precision or precision_of_rows(rows, Path(args.measurements).name)
-    calibration = calibrate(rows, gpu.key, precision, args.mode, Path(args.measurements).name)
+    source = Path(args.measurements).name
+    precision = args.precision or precision_of_rows(rows, source)
+    mode = args.mode or mode_of_rows(rows, source)
+    calibration = calibrate(rows, gpu.key, precision, mode, source)
     print(report(calibration))
     calibration.save(out)
-    print(f"calibration of {gpu.key} ({precision}, {args.mode}) written to {out}; predict with "
+    print(f"calibration of {gpu.key} ({precision}, {mode}) written to {out}; predict with "
           f"--calibration {out}")
     return 0
 
@@ -241,6 +244,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``dataset``, ``train``, ``evaluate`` and ``calibrate``."""
     from dippm_nas.hardware.registry import PRECISIONS
+    from dippm_nas.modes import EXECUTION_MODES
 
     ds = sub.add_parser("dataset", help="import the measurements into data/records.csv and featurize their models")
     ds.add_argument("--project", metavar="DIR", help="the project directory (default: the current one)")
@@ -312,13 +316,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "and models calibrate best.")
     c.add_argument("measurements", metavar="MEASUREMENTS.csv",
                    help="the harness's CSV (dippm-nas measure) or one with columns model,batch,latency_ms (and "
-                        "optionally input_size,precision,energy_j,memory_mib: joules for the whole batch, the "
+                        "optionally input_size,precision,mode,energy_j,memory_mib: joules for the whole batch, the "
                         "process's peak GPU memory as nvidia-smi shows it); a model is anything predict takes")
     c.add_argument("--device", required=True, help="the GPU measured, a key of `dippm-nas devices`")
     c.add_argument("--precision", default=None, choices=list(PRECISIONS),
                    help="calibrate the rows of this precision, leaving the others out (default: the precision the "
                         "rows say, fp32 where they say none; a file of several asks you to choose)")
-    c.add_argument("--mode", default="eager", choices=["eager", "cuda-graphs"],
-                   help="how the rows ran (default: eager); cuda-graphs reads the harness's CUDA-graph latencies")
+    c.add_argument("--mode", default=None, choices=list(EXECUTION_MODES),
+                   help="calibrate the rows of this execution mode (default: the mode the rows say, eager where "
+                        "they say none); cuda-graphs reads the harness's CUDA-graph latencies")
     c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")
     c.set_defaults(func=cmd_calibrate)

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dippm_nas.errors import DippmError, suggest
-
-#: ``eager``: PyTorch issues every operator from the host (the default). ``cuda-graphs``: the forward
-#: pass is captured once and replayed as one graph, so no operator waits on the host.
-EXECUTION_MODES = ("eager", "cuda-graphs")
+from dippm_nas.modes import check_mode
 
 
 @dataclass(frozen=True)
@@ -74,18 +71,6 @@ def get_host_profile(host: str | HostProfile | None = None) -> HostProfile:
         raise DippmError(f"unknown host profile {name!r}; known: {', '.join(HOST_PROFILES)}."
                          + suggest(name, HOST_PROFILES))
     return HOST_PROFILES[name]
-
-
-def check_mode(mode: str) -> str:
-    """``mode`` itself if it is an execution mode, else an error that lists them.
-
-    >>> check_mode("cuda-graphs")
-    'cuda-graphs'
-    """
-    if mode not in EXECUTION_MODES:
-        raise DippmError(f"unknown execution mode {mode!r}; known: {', '.join(EXECUTION_MODES)}."
-                         + suggest(mode, EXECUTION_MODES))
-    return mode
 
 
 def host_seconds(is_view: np.ndarray, half: bool, mode: str = "eager",

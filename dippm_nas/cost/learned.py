@@ -32,7 +32,7 @@ from dippm_nas.cost.card import WEIGHTS, Card, load_card, reference_mismatch
 from dippm_nas.cost.coverage import no_weights, not_covered, raw_card, read_as, weights_available
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
-from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, check_mode, get_host_profile
+from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, get_host_profile
 from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
 from dippm_nas.cost.pmgns import FUSED_PREFIX, PMGNS, TARGETS, FusedSage, log_latency
 from dippm_nas.cost.table import node_table
@@ -41,6 +41,7 @@ from dippm_nas.graph import operators
 from dippm_nas.graph.cast import cast_floats, graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
+from dippm_nas.modes import check_mode
 from dippm_nas.precisions import FULL_DTYPE, precision_named
 
 

@@ -15,7 +15,16 @@ from typing import Any
 from dippm_nas.errors import DippmError
 
 # Each module registers its frontends when imported; the priorities, not this order, decide matching.
-from dippm_nas.frontends import _callable, _module, _onnx, _paddle, _tensorflow, _timm, _transformers  # noqa: F401
+from dippm_nas.frontends import (  # noqa: F401
+    _callable,
+    _module,
+    _onnx,
+    _paddle,
+    _space,
+    _tensorflow,
+    _timm,
+    _transformers,
+)
 from dippm_nas.frontends._registry import (
     Frontend,
     LoadedModel,
@@ -36,7 +45,8 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
     """Import ``model`` at ``batch`` into Relax.
 
     ``model`` is a ``torch.nn.Module``, a timm model name, a path to an ``.onnx`` file,
-    ``"package.module:factory"`` (a callable returning an ``nn.Module``), ``"hf:<model_type>"``
+    ``"package.module:factory"`` (a callable returning an ``nn.Module``), ``"space:architecture"`` (a
+    search space's candidate, ``nb201:|nor_conv_3x3~0|+|...|``), ``"hf:<model_type>"``
     (a Hugging Face ``transformers`` architecture built from its default config, no weights), a
     Keras model or file, a SavedModel directory, a ``.tflite`` file, a ``paddle.nn.Layer`` or a
     Paddle inference model.
@@ -59,6 +69,6 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
         f"cannot tell what kind of model {model!r} is; give a torch.nn.Module, a timm model name, a "
         "path to an .onnx, .keras, .h5 or .tflite file, a TensorFlow SavedModel directory, a Paddle "
         "inference model (.json/.pdmodel beside .pdiparams), a keras.Model or paddle.nn.Layer, "
-        "'package.module:factory' or 'hf:<model_type>'."
+        "'package.module:factory', 'space:architecture' (a search space's candidate) or 'hf:<model_type>'."
     )
 

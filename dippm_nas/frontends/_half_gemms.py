@@ -26,8 +26,8 @@ from tvm import relax
 from tvm.relax.op import linear_algebra
 from tvm.relax.op import nn as relax_nn
 
-#: The dtypes a half model computes in.
-HALF_DTYPES = frozenset({"float16", "bfloat16"})
+from dippm_nas.precisions import HALF_FORMATS
+
 #: The Relax operators the importer asks for float32 outputs, as (module, attribute).
 _GEMM_OPERATORS = (
     (linear_algebra, "matmul"), (relax.op, "matmul"),
@@ -49,7 +49,7 @@ def _keeps_half(operator: Callable) -> Callable:
     @functools.wraps(operator)
     def typed(data, *args, **kwargs):
         dtype = _operand_dtype(data)
-        if dtype in HALF_DTYPES and str(kwargs.get("out_dtype")) == "float32":
+        if dtype in HALF_FORMATS and str(kwargs.get("out_dtype")) == "float32":
             kwargs["out_dtype"] = dtype
         return operator(data, *args, **kwargs)
 

@@ -10,11 +10,11 @@ the numbers under it are.
 from __future__ import annotations
 
 import csv
+import os
 import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
-from pathlib import Path
 
 from dippm_nas.errors import DippmError, UnknownDeviceError, suggest
 from dippm_nas.hardware.user_sheets import (
@@ -264,19 +264,23 @@ def _shipped() -> dict[str, Device]:
 
 
 @cache
-def _with_user_files(files: tuple[tuple[str, int], ...]) -> dict[str, Device]:
-    """The shipped devices and the rows of the user's ``files`` (path, modification time): read again when a
-    file is added, removed or changed."""
+def _with_user_files(*where: str | None) -> dict[str, Device]:
+    """The shipped devices and the rows of the user's files, read once for each value of the environment that
+    says where they are (:data:`USER_FILES_ENV`), since every prediction asks for its device."""
     shipped = _shipped()
-    rows = read_user_rows([Path(path) for path, _ in files], shipped)
+    rows = read_user_rows(user_files(), shipped)
     profiles: dict[str, list[MigProfile]] = {}
     for _, row in rows.mig:
         profiles.setdefault(row["gpu"].strip().lower(), []).append(_mig_profile(row))
     return {**shipped, **{row["key"]: _device(row, profiles, source) for source, row in rows.specs}}
 
 
+#: The environment variables that say where the user's files are: the files named, and the per-user folder.
+USER_FILES_ENV = (DEVICES_ENV, "XDG_CONFIG_HOME", "HOME")
+
+
 def _registry() -> dict[str, Device]:
-    return _with_user_files(tuple((str(path), path.stat().st_mtime_ns) for path in user_files()))
+    return _with_user_files(*map(os.environ.get, USER_FILES_ENV))
 
 
 def spec_template() -> str:

@@ -85,11 +85,16 @@ def append_rows(path: Path, rows: list[dict[str, object]], columns: list[str] = 
 
 
 def build_model(cfg: MeasureConfig) -> torch.nn.Module:
-    """Random weights: timm ``pretrained=False``, or a ``module:factory`` callable."""
+    """Random weights: timm ``pretrained=False``, a search space's candidate (``source`` names the space,
+    ``model`` the architecture) or a ``module:factory`` callable."""
     if cfg.source == "timm":
         import timm
 
         return timm.create_model(cfg.model, pretrained=False)
+    from search_spaces import SEARCH_SPACES, candidate_named
+
+    if cfg.source in SEARCH_SPACES:
+        return candidate_named(f"{cfg.source}:{cfg.model}").instantiate()
     module_name, _, attr = cfg.model.partition(":")
     return getattr(importlib.import_module(module_name), attr)()
 

@@ -38,6 +38,8 @@ from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
 from dippm_nas.cost.table import node_table
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.graph.cast import graph_at_precision
+from dippm_nas.modes import EXECUTION_MODES
+from dippm_nas.precisions import DEFAULT_PRECISION
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, harness_memory
 
@@ -73,6 +75,8 @@ class MeasuredRow:
     memory_counts_modules: bool = True
     #: The GPU the row was measured on, as CUDA names it (the harness's ``gpu_name``); None where unsaid.
     gpu_name: str | None = None
+    #: How the forward pass was issued (``eager`` or ``cuda-graphs``); None where the row does not say.
+    mode: str | None = None
 
     @property
     def label(self) -> str:
@@ -81,11 +85,12 @@ class MeasuredRow:
         return f"{self.model}{size} b{self.batch}"
 
 
-def read_rows(path: str | Path, mode: str = "eager") -> list[MeasuredRow]:
+def read_rows(path: str | Path, mode: str | None = None) -> list[MeasuredRow]:
     """The measured rows of a harness CSV or a minimal one; a file of neither kind is one clear DippmError.
-    Harness rows whose status is not ``ok`` are left out. In ``cuda-graphs`` mode a harness row's latency is
-    its forward replayed as a CUDA graph (rows whose capture failed are left out), without its energy and
-    memory, which the harness measures in the eager window; a minimal file's rows are as the user ran them."""
+    Harness rows whose status is not ``ok`` are left out. A harness row holds both modes: its eager latency,
+    or with ``mode="cuda-graphs"`` its forward replayed as a CUDA graph (rows whose capture failed are left
+    out), without its energy and memory, which the harness measures in the eager window. A minimal file's rows
+    are as the user ran them, in the mode its ``mode`` column says (None where it has none)."""
     file = Path(path)
     if not file.is_file():
         raise DippmError(f"no measurements file at {path}: give the harness's CSV or one with columns "
@@ -97,13 +102,13 @@ def read_rows(path: str | Path, mode: str = "eager") -> list[MeasuredRow]:
         if not harness and not set(MINIMAL_COLUMNS) <= columns:
             raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
                              f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
-                             "input_size,precision,energy_j,memory_mib).")
+                             "input_size,precision,mode,energy_j,memory_mib).")
         rows = []
         for line, row in enumerate(reader, start=2):
-            if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode])):
+            if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode or "eager"])):
                 continue
             try:
-                rows.append(_harness_row(row, line, mode) if harness else _minimal_row(row, line))
+                rows.append(_harness_row(row, line, mode or "eager") if harness else _minimal_row(row, line))
             except (ValueError, KeyError) as exc:
                 raise DippmError(f"{path}, line {line}: {one_line(exc)}; fix the row or delete it.") from None
     return rows
@@ -114,20 +119,27 @@ def _minimal_row(row: dict[str, str], line: int) -> MeasuredRow:
     if not math.isfinite(latency) or latency <= 0:
         raise ValueError(f"latency_ms {row['latency_ms']!r} is not a time above 0")
     size = (row.get("input_size") or "").strip()
+    mode = (row.get("mode") or "").strip() or None
+    if mode not in (None, *EXECUTION_MODES):
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(EXECUTION_MODES)}")
     return MeasuredRow(row["model"].strip(), int(row["batch"]), latency, int(size) if size else None,
                        (row.get("precision") or "").strip() or None, line, _positive(row, "energy_j", "an energy"),
-                       _positive(row, "memory_mib", "a memory"))
+                       _positive(row, "memory_mib", "a memory"), mode=mode)
 
 
 def _harness_row(row: dict[str, str], line: int, mode: str) -> MeasuredRow:
     size = int(row["input_shape"].split("x")[-1])
-    model = row["model"] if row.get("source", "timm") == "timm" else f"{row['source']}:{row['model']}"
+    from search_spaces import SEARCH_SPACES
+
+    source = row.get("source") or "timm"  # a space's rows name their candidate as space:architecture
+    model = f"{source}:{row['model']}" if source in SEARCH_SPACES else row["model"]
     latency = float(row[HARNESS_LATENCY[mode]])
     eager = mode == "eager"
     memory, measure = harness_memory(row) if eager else (None, "")
     return MeasuredRow(model, int(row["batch"]), latency, size, row["precision"], line,
                        _positive(row, "energy_j", "an energy", strict=False) if eager else None, memory,
-                       memory_counts_modules=measure == MEMORY_NVML_PROCESS, gpu_name=row.get("gpu_name") or None)
+                       memory_counts_modules=measure == MEMORY_NVML_PROCESS, gpu_name=row.get("gpu_name") or None,
+                       mode=mode)
 
 
 def _positive(row: dict[str, str], column: str, what: str, strict: bool = True) -> float | None:
@@ -317,16 +329,24 @@ def precision_of_rows(rows: Sequence[MeasuredRow], source: str) -> str:
     >>> precision_of_rows([MeasuredRow("resnet18", 8, 1.0, precision="fp16")] * 2, "rows.csv")
     'fp16'
     """
-    from dippm_nas.precisions import DEFAULT_PRECISION
+    return _one_said(rows, "precision", source, DEFAULT_PRECISION)
 
-    said = Counter(r.precision for r in rows if r.precision)
+
+def mode_of_rows(rows: Sequence[MeasuredRow], source: str) -> str:
+    """The one execution mode ``rows`` say they ran in (eager, PyTorch's default, where none says); rows of
+    several are one DippmError, as for :func:`precision_of_rows`."""
+    return _one_said(rows, "mode", source, EXECUTION_MODES[0])
+
+
+def _one_said(rows: Sequence[MeasuredRow], field: str, source: str, default: str) -> str:
+    said = Counter(getattr(r, field) for r in rows if getattr(r, field))
     if len(said) > 1:
-        raise DippmError(f"{source} holds rows at {_held(said)}: calibrate one of them with --precision.")
-    return next(iter(said), DEFAULT_PRECISION)
+        raise DippmError(f"{source} holds rows at {_held(said)}: calibrate one of them with --{field}.")
+    return next(iter(said), default)
 
 
-def _held(precisions: Counter) -> str:
-    return ", ".join(f"{name} ({n} row{'s' * (n > 1)})" for name, n in precisions.most_common())
+def _held(values: Counter) -> str:
+    return ", ".join(f"{name} ({n} row{'s' * (n > 1)})" for name, n in values.most_common())
 
 
 def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: str, source: str,
@@ -350,7 +370,7 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     terms: list[tuple[float, float, float]] = []
     elsewhere: Counter[str] = Counter()  # rows measured on another GPU, by its key
     for row in rows:
-        if row.precision is not None and row.precision != precision:
+        if (row.precision or precision) != precision or (row.mode or mode) != mode:
             continue
         measured_on = device_named(row.gpu_name) if row.gpu_name else None
         if measured_on not in (None, gpu.key):
@@ -362,9 +382,9 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
             say(f"line {row.line}: {row.label} left out: {one_line(exc)}")
             continue
         used.append(row)
+        graph = graph_at_precision(graph, precision)[0]  # at the precision's dtypes, for the time and the memory
         parts.append(model.latency_parts(graph, gpu, precision, mode=mode, host=DEFAULT_HOST))
-        table = node_table(graph_at_precision(graph, precision)[0])
-        terms.append(memory_terms(model.analytical.memory(table, precision), row.memory_counts_modules))
+        terms.append(memory_terms(model.analytical.memory(node_table(graph), precision), row.memory_counts_modules))
     for other, count in elsewhere.items():
         say(f"{count} row{'s' if count > 1 else ''} measured on {other} left out: this calibrates {gpu.key}")
     if len(used) < MIN_ROWS and elsewhere:
@@ -372,10 +392,12 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
         raise DippmError(f"{source}'s rows at {precision} were measured on {other}, not {gpu.key}: calibrate with "
                          f"--device {other}.")
     if len(used) < MIN_ROWS:
-        held = Counter(r.precision for r in rows if r.precision and r.precision != precision)
-        other = f"; the file holds rows at {_held(held)}: calibrate that with --precision" if held else ""
-        raise DippmError(f"{len(used)} usable rows at {precision} in {source}: a calibration needs {MIN_ROWS} or "
-                         f"more (about ten, spread over batch sizes and models, calibrate best){other}.")
+        held = Counter(f"{r.precision or precision} {r.mode or mode}" for r in rows
+                       if (r.precision or precision, r.mode or mode) != (precision, mode))
+        other = (f"; the file holds rows at {_held(held)}: calibrate those with --precision and --mode" if held
+                 else "")
+        raise DippmError(f"{len(used)} usable rows at {precision} {mode} in {source}: a calibration needs "
+                         f"{MIN_ROWS} or more (about ten, spread over batch sizes and models, calibrate best){other}.")
     measured = np.array([r.latency_ms for r in used]) * 1e-3
     scales, left_out, fit = fit_chosen(parts, measured)
     before = np.array([scaled_latency_ms(part, np.ones(3)) for part in parts]) * 1e-3

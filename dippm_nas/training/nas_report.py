@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import kendalltau, spearmanr
+from scipy.stats import spearmanr
 
+from dippm_nas.training.metrics import kendall_tau, mape
 from dippm_nas.training.paths import project
 
 #: HELP's GPU names and the registry's keys (data/help/README.md).
@@ -83,9 +84,8 @@ def help_candidates(n: int, seed: int = 0, folder: Path | None = None) -> list[M
 
 
 def _metrics(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
-    return {"mape": float(np.mean(np.abs(predicted / measured - 1))),
-            "spearman": float(spearmanr(predicted, measured).statistic),
-            "kendall": float(kendalltau(predicted, measured).statistic)}
+    return {"mape": mape(predicted, measured), "spearman": float(spearmanr(predicted, measured).statistic),
+            "kendall": kendall_tau(predicted, measured)}
 
 
 def evaluate_nas(candidates: list[Measured], progress: Callable[[str], None] = print) -> dict:

@@ -58,7 +58,7 @@ def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
     assert "oom" in statuses and len(harness) == statuses.count("ok")
     assert {r.precision for r in harness} == {"fp32", "fp16"}
     assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2,
-                                     energy_j=harness[0].energy_j, memory_mib=1166.0, gpu_name="NVIDIA H200")
+                                     energy_j=harness[0].energy_j, memory_mib=1166.0, gpu_name="NVIDIA H200", mode="eager")
     # the harness measures energy and the process's memory through NVML
     assert all(r.energy_j > 0 and r.memory_mib > 0 and r.memory_counts_modules for r in harness)
     # and the forward replayed as a CUDA graph, the latency a cuda-graphs calibration fits (energy and memory
@@ -192,7 +192,7 @@ def test_calibrate_on_the_command_line(tmp_path, capsys):
     rows.write_text("model,batch,latency_ms,input_size\nresnet18,1,2.1,64\nresnet18,32,4.0,64\nbogus_net_xyz,1,1,64\n")
     out = tmp_path / "cal.json"
     assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 2  # two rows are too few
-    assert "2 usable rows at fp32 in mine.csv: a calibration needs 3 or more" in capsys.readouterr().err
+    assert "2 usable rows at fp32 eager in mine.csv: a calibration needs 3 or more" in capsys.readouterr().err
     rows.write_text(rows.read_text() + "resnet18,8,2.6,64\n")
     assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -214,11 +214,33 @@ def test_calibrate_takes_the_precision_the_rows_say(tmp_path, capsys):
     assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 0
     assert "calibration of l4 (fp16, eager)" in capsys.readouterr().out and load_calibration(out).precision == "fp16"
     assert main(["calibrate", str(rows), "--device", "l4", "--precision", "fp32", "--out", str(out)]) == 2
-    assert "the file holds rows at fp16 (3 rows): calibrate that with --precision" in capsys.readouterr().err
+    assert "the file holds rows at fp16 eager (3 rows): calibrate those with --precision and --mode" in \
+        capsys.readouterr().err
     rows.write_text(rows.read_text() + "resnet18,4,1.5,64,fp32\n")
     assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 2
     assert "fp16.csv holds rows at fp16 (3 rows), fp32 (1 row): calibrate one of them with --precision" in \
         capsys.readouterr().err
+
+
+def test_calibrate_takes_the_mode_the_rows_say(tmp_path, capsys):
+    """Rows that each say cuda-graphs calibrate that mode with no --mode; a --mode none of them has says what
+    the file holds; rows of two modes ask which."""
+    rows = tmp_path / "graphs.csv"
+    rows.write_text("model,batch,latency_ms,input_size,mode\n"
+                    + "".join(f"resnet18,{b},{0.5 + b / 16},64,cuda-graphs\n" for b in (1, 8, 32)))
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 0
+    assert "calibration of l4 (fp32, cuda-graphs)" in capsys.readouterr().out and load_calibration(out).mode == \
+        "cuda-graphs"
+    assert main(["calibrate", str(rows), "--device", "l4", "--mode", "eager", "--out", str(out)]) == 2
+    assert "0 usable rows at fp32 eager" in capsys.readouterr().err
+    rows.write_text(rows.read_text() + "resnet18,4,1.5,64,eager\n")
+    assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 2
+    assert "holds rows at cuda-graphs (3 rows), eager (1 row): calibrate one of them with --mode" in \
+        capsys.readouterr().err
+    rows.write_text(rows.read_text() + "resnet18,2,1.5,64,replay\n")
+    assert main(["calibrate", str(rows), "--device", "l4", "--out", str(out)]) == 2
+    assert "line 6: ValueError: mode 'replay' is not one of eager, cuda-graphs" in capsys.readouterr().err
 
 
 def test_the_quick_manifest_spreads_ten_configurations_over_batch_and_operator_mix(capsys):
@@ -233,7 +255,7 @@ def test_the_quick_manifest_spreads_ten_configurations_over_batch_and_operator_m
         assert len(mine) == 10 and {c.batch for c in mine} == {1, 8, 64, 256}
         assert all(timm.is_model(c.model) for c in mine) and len({c.family for c in mine}) >= 5
     assert main(["measure", "--quick", "--manifest", "m.csv", "--out", "x.csv"]) == 2
-    assert "give --manifest, or --quick" in capsys.readouterr().err
+    assert "give one of --manifest, --quick" in capsys.readouterr().err
 
 
 def test_the_rows_choose_how_many_scales_they_can_tell():

@@ -1,0 +1,34 @@
+"""``space:architecture``: a candidate of a registered search space, named as
+:meth:`search_spaces.SearchSpace.model_name` writes it (``nb201:|nor_conv_3x3~0|+|...|``), so that rows of
+``dippm-nas measure --space`` rebuild anywhere a model is named."""
+
+from __future__ import annotations
+
+from dippm_nas.frontends._module import load_module
+from dippm_nas.frontends._registry import LoadedModel, register_frontend
+from dippm_nas.inputs import InputSpec, TensorSpec
+
+
+def _is_candidate_name(model: object) -> bool:
+    if not (isinstance(model, str) and ":" in model):
+        return False
+    from search_spaces import is_candidate_name
+
+    return is_candidate_name(model)
+
+
+def load_candidate(name: str, inputs: InputSpec | None, batch: int) -> LoadedModel:
+    """The candidate's network (on the ``meta`` device), exported at its space's input shape unless
+    ``inputs`` says otherwise; a zoo candidate is its timm model."""
+    from search_spaces import candidate_named
+
+    candidate = candidate_named(name)
+    spec = inputs or (TensorSpec(candidate.input_shape),)
+    if candidate.model is not None:
+        from dippm_nas.frontends._timm import load_timm
+
+        return load_timm(candidate.model, spec, batch)
+    return load_module(candidate.module, spec, batch, name, candidate.space, candidate.space)
+
+
+register_frontend("search-space", _is_candidate_name, load_candidate, priority=55)

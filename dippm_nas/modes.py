@@ -1,0 +1,23 @@
+"""How a forward pass is issued: the execution modes, one table the command line, the API and the calibration
+read (without numpy, so the command line answers a bad mode before anything heavy is imported)."""
+
+from __future__ import annotations
+
+from dippm_nas.errors import DippmError, suggest
+
+#: ``eager``: PyTorch issues every operator from the host (the default). ``cuda-graphs``: the forward
+#: pass is captured once and replayed as one graph, so no operator waits on the host.
+EXECUTION_MODES = ("eager", "cuda-graphs")
+DEFAULT_MODE = EXECUTION_MODES[0]
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` itself if it is an execution mode, else an error that lists them.
+
+    >>> check_mode("cuda-graphs")
+    'cuda-graphs'
+    """
+    if mode not in EXECUTION_MODES:
+        raise DippmError(f"unknown execution mode {mode!r}; known: {', '.join(EXECUTION_MODES)}."
+                         + suggest(str(mode), EXECUTION_MODES))
+    return mode

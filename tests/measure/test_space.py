@@ -1,0 +1,85 @@
+"""A search space's candidates measured for a calibration: named so they rebuild, spread over the space's costs,
+and the README's three commands run as written (on the CPU, three candidates at batch 2)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dippm_nas.errors import DippmError
+from dippm_nas.measure.space import flops, spread_candidates
+from search_spaces import SEARCH_SPACES, candidate_named, get_search_space, is_candidate_name
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.mark.parametrize("name", sorted(SEARCH_SPACES))
+def test_a_candidates_name_rebuilds_it(name):
+    import random
+
+    space = get_search_space(name)
+    candidate = space.random(random.Random(1))
+    text = space.model_name(candidate)
+    assert is_candidate_name(text)
+    assert candidate_named(text).signature == candidate.signature
+
+
+def test_a_name_the_space_does_not_have_is_one_clear_error():
+    with pytest.raises(DippmError, match="depth_0 is one of 2, 3, 4"):
+        candidate_named("mobilenetv3:resolution=160,depth_0=9")
+    with pytest.raises(DippmError, match="not a NAS-Bench-201 cell"):
+        candidate_named("nb201:|nor_conv_3x3~0|")
+    assert not is_candidate_name("resnet:build")  # a module:factory, not an architecture
+
+
+def test_candidates_span_the_space_from_its_smallest_to_its_largest():
+    space = get_search_space("nb201")
+    chosen = spread_candidates(space, 6, batch=8, precision="fp32", cost=flops)
+    costs = flops(chosen, 8, "fp32")
+    assert len({c.signature for c in chosen}) == 6
+    assert costs == sorted(costs)
+    assert chosen[0].signature == space.extreme().signature
+    assert chosen[-1].signature == space.extreme(largest=True).signature
+    # spread: no gap between neighbours spans most of the range (on a log scale)
+    import math
+
+    logs = [math.log(c) for c in costs]
+    assert max(b - a for a, b in zip(logs, logs[1:])) < 0.6 * (logs[-1] - logs[0])
+    assert spread_candidates(space, 6, 8, "fp32", cost=flops) == chosen  # seeded
+
+
+def _readme_commands() -> str:
+    section = README.read_text().split("## NAS on your own GPU", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readmes_three_commands_run_as_written(tmp_path):
+    """Three candidates measured on the CPU, calibrated and predicted: about a minute."""
+    commands = _readme_commands()
+    assert commands.count("\n") == 3, "the README's NAS-on-your-own-GPU block is three commands"
+    script = (commands.replace("--n 10", "--n 3").replace("--batch 256", "--batch 2")
+              .replace("dippm-nas measure", "dippm-nas measure --device cpu"))
+    # and the user's row predicts, calibrated, the first candidate measured
+    script += ('name=$(python -c "import csv; r = next(csv.DictReader(open(\'my-gpu-rows.csv\'))); '
+               'print(r[\'source\'] + \':\' + r[\'model\'])")\n'
+               'dippm-nas predict "$name" --device my-gpu --batch 2 --calibration my-gpu.json --json '
+               '> prediction.json\n')
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("DIPPM_NAS_DEVICES", None)
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "my-gpu-rows.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["ok"] * 3 and {r["source"] for r in rows} == {"nb201"}
+    assert "calibration of my-gpu (fp32, eager) written to my-gpu.json" in done.stdout
+    import json
+
+    prediction = json.loads((tmp_path / "prediction.json").read_text())
+    assert prediction["device"] == "my-gpu" and prediction["latency_ms"] > 0
