@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from ground_truth_noise import HOST_BOUND_BATCH, regime
 
 from dippm_nas._cache_location import cache_dir
 from dippm_nas.cost.analytical import energy_j, spec_powers
@@ -44,10 +43,17 @@ from dippm_nas.training.dataset import load_graphs
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record, load_records
 
+#: Batches up to this one are where eager PyTorch mostly waits on the host.
+HOST_BOUND_BATCH = 8
 #: Adam's steps for the floor of one scale per kernel group: the fit has settled well before.
 GROUP_FIT_STEPS = 300
 #: The issue time (s, negative) of the padding after a shorter graph's operators: far before any latency.
 PADDING_S = 1e3
+
+
+def regime(batch: int) -> str:
+    """The batch range a figure is given for: where eager PyTorch mostly waits on the host, or above."""
+    return f"batch <= {HOST_BOUND_BATCH}" if batch <= HOST_BOUND_BATCH else f"batch > {HOST_BOUND_BATCH}"
 
 
 def held_out_model(gpu: str, folder: Path) -> OperatorCostModel:
@@ -154,7 +160,7 @@ def _by_batch(records: list[Record], measured: np.ndarray, uncalibrated: np.ndar
               draws: list[tuple[list[int], np.ndarray]], fitted_all: np.ndarray) -> str:
     """The latency MAPE uncalibrated, calibrated (mean over the draws, on the records each left out) and fitted
     on all records, apart for the batches where eager PyTorch mostly waits on the host (<= HOST_BOUND_BATCH)
-    and the larger ones, whose measurements repeat far more closely (benchmarks/ground_truth_noise.py)."""
+    and the larger ones, whose measurements repeat far more closely (docs/measurement.md)."""
     small = np.array([r.batch <= HOST_BOUND_BATCH for r in records])
     parts = []
     for label, side in ((regime(1), small), (regime(HOST_BOUND_BATCH + 1), ~small)):

@@ -1,6 +1,6 @@
 """Where a GPU's time goes by kind of operator, against where the analytical model puts it.
 
-The harness's kernel profile (``python -m dippm_nas.measure --kernels``) gives every ATen operator's own
+The harness's kernel profile (``dippm-nas measure --kernels``) gives every ATen operator's own
 time in GPU kernels per iteration. This sums it by the graph's operator categories (convolution,
 normalization, activation, elementwise, ...; ``ATEN_CATEGORIES`` says which ATen operator counts as
 which, copies and casts apart) and sets each sum beside the analytical model's roofline time of the

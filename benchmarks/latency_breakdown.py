@@ -10,7 +10,7 @@ measured for the same model: what the spec sheet misses on that GPU alone.
 
 Every record is read, test sets of `dippm-nas evaluate` included: it describes the data and chooses
 nothing. The per-operator view that explains a model's ratio comes from the harness's kernel rows
-(`python -m dippm_nas.measure --kernels`, data/measurements/kernels/).
+(`dippm-nas measure --kernels`, data/measurements/kernels/).
 
     python benchmarks/latency_breakdown.py
     python benchmarks/latency_breakdown.py --extremes 15

@@ -23,7 +23,7 @@ keep_llvm_apart()
 _EXPORTS = {
     "CostModel": "dippm_nas.cost", "Estimate": "dippm_nas.cost", "Prediction": "dippm_nas.cost",
     "get_cost_model": "dippm_nas.cost",
-    "DippmError": "dippm_nas.errors",
+    "DippmError": "dippm_nas.errors", "DippmWarning": "dippm_nas.errors",
     "LoadedModel": "dippm_nas.frontends", "load_model": "dippm_nas.frontends",
     "ModelGraph": "dippm_nas.graph", "relax_to_graph": "dippm_nas.graph",
     "Device": "dippm_nas.hardware", "MigProfile": "dippm_nas.hardware", "get_device": "dippm_nas.hardware",

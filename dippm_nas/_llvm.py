@@ -18,6 +18,8 @@ import importlib.util
 import sys
 import warnings
 
+from dippm_nas.errors import DippmWarning
+
 
 class _TritonBeforeTensorFlow(importlib.abc.MetaPathFinder):
     """A finder that finds nothing: asked for ``tensorflow`` the first time, it imports Triton first,
@@ -43,6 +45,6 @@ def keep_llvm_apart() -> None:
         sys.modules["triton"] = None  # type: ignore[assignment]  # `import triton` now raises ImportError
         warnings.warn("TensorFlow was imported before dippm_nas; Triton (used by torch.compile) cannot be loaded "
                       "after TensorFlow in one process, so it is disabled here. Import dippm_nas first to keep it.",
-                      RuntimeWarning, stacklevel=3)
+                      DippmWarning, stacklevel=3)
     elif importlib.util.find_spec("tensorflow") is not None and importlib.util.find_spec("triton") is not None:
         sys.meta_path.insert(0, _TritonBeforeTensorFlow())

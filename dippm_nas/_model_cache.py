@@ -48,6 +48,7 @@ from typing import Any
 
 from dippm_nas._cache_location import CACHE_DIR_ENV, NO_CACHE_ENV, cache_dir
 from dippm_nas.cache import CacheFault, GraphCache
+from dippm_nas.errors import DippmWarning
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
 from dippm_nas.inputs import InputLike, normalize_inputs
@@ -76,10 +77,11 @@ def disk_cache() -> GraphCache | None:
         return None
     if directory not in _STORES:
         try:
+            directory.mkdir(parents=True, exist_ok=True)  # the default place, not one the user named: unsaid
             _STORES[directory] = GraphCache(directory / CACHE_FILE)
         except (CacheFault, *_DB_ERRORS) as exc:
             warnings.warn(f"no disk cache of model graphs: {exc}; every model is built from scratch (set "
-                          f"{CACHE_DIR_ENV} to a folder you can write, or {NO_CACHE_ENV}=1)", RuntimeWarning,
+                          f"{CACHE_DIR_ENV} to a folder you can write, or {NO_CACHE_ENV}=1)", DippmWarning,
                           stacklevel=2)
             _STORES[directory] = None
     return _STORES[directory]

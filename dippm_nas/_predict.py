@@ -14,17 +14,16 @@ from dippm_nas._model_cache import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, Prediction, get_cost_model
 from dippm_nas.cost.calibration import Calibration, load_calibration
 from dippm_nas.cost.card import operator_model_mismatch
-from dippm_nas.cost.choice import AUTO, estimate_with
+from dippm_nas.cost.choice import AUTO, check_cost_model, estimate_with
 from dippm_nas.cost.host import HostProfile, get_host_profile
 from dippm_nas.errors import DippmError
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
-from dippm_nas.hardware.registry import Device, check_layout, check_precision, get_device
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, check_layout, check_precision, get_device
 from dippm_nas.inputs import InputLike, check_batch
 from dippm_nas.modes import check_mode
 
-DEFAULT_DEVICE = "a100-40gb"
 #: A calibration as the API takes it: a file :mod:`dippm_nas.cost.calibration` wrote, or one loaded; None: none.
 CalibrationLike = Calibration | str | os.PathLike | None
 
@@ -50,11 +49,14 @@ class Request:
         (a file's path, or one loaded) must be of the device's GPU, the precision and the mode."""
         gpu = get_device(device)
         if precision is not None:
-            check_precision(precision)
-        check_layout(layout)
+            precision = check_precision(precision)
+        layout = check_layout(layout)
         check_mig_margin(mig_margin)
-        check_mode(mode)
+        mode = check_mode(mode)
         get_host_profile(host)
+        if calibration is not None and not isinstance(calibration, Calibration | str | os.PathLike):
+            raise DippmError(f"calibration must be the path of a `dippm-nas calibrate` file (or a Calibration), not "
+                             f"{calibration!r}.")
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = load_calibration(calibration)
         if calibration is not None:
@@ -100,6 +102,7 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     calibration's leave-one-out error. One of another GPU, precision or mode is refused.
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+    check_cost_model(cost_model)
     return _predict_checked(graph, request, cost_model)
 
 
@@ -194,6 +197,7 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     ('operators', '1g.10gb', True, True)
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+    check_cost_model(cost_model)
     return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
 
 
@@ -211,6 +215,7 @@ def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: in
     ['1g.5gb', '1g.5gb']
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+    check_cost_model(cost_model)
     out = []
     for i, model in enumerate(tqdm(models, desc="predicting", unit="model", file=sys.stderr, disable=not progress)):
         try:
@@ -281,6 +286,7 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     ('1g.10gb', True, 'operators', 1)
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+    check_cost_model(cost_model)
     gpu = request.gpu.whole_gpu()
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from dippm_nas.errors import DippmError
+from dippm_nas._folders import make_parent
+from dippm_nas.errors import DippmError, DippmWarning
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import FORMAT, graph_from_bytes, graph_to_bytes
 
@@ -112,7 +113,7 @@ class GraphCache:
         path = self.path
         assert path is not None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_parent(path, "the graph cache")
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                    check_same_thread=False)
         except (OSError, sqlite3.OperationalError) as exc:
@@ -157,7 +158,7 @@ class GraphCache:
             for suffix in ("-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             warnings.warn(f"the graph cache {path} was damaged ({exc}); it is moved to {aside} and a fresh one "
-                          "takes its place: graphs are made again as candidates need them", RuntimeWarning,
+                          "takes its place: graphs are made again as candidates need them", DippmWarning,
                           stacklevel=4)
 
     @staticmethod

@@ -14,6 +14,11 @@ class DippmError(ValueError):
     """Bad input from the user: the message says what was wrong and what to do."""
 
 
+class DippmWarning(RuntimeWarning):
+    """A fault dippm-nas met and worked around (a cache it could not open, one it set aside as damaged): the
+    answer stands, but the user should hear of it. The command line shows these, and no third-party warning."""
+
+
 class UnknownDeviceError(DippmError, KeyError):
     """A device key the registry does not know; also a KeyError, so ``except KeyError`` catches it."""
 
@@ -57,5 +62,7 @@ def suggest(name: str, known: Iterable[str], n: int = 5) -> str:
     >>> suggest("resnet5", ["resnet50", "vit_base"])
     ' Did you mean: resnet50?'
     """
+    if not isinstance(name, str):  # a value of the wrong type is close to no name
+        return ""
     close = difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)
     return f" Did you mean: {', '.join(close)}?" if close else ""

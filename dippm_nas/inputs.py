@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,11 +59,17 @@ MAX_BATCH = 2**31 - 1
 
 
 def check_batch(batch: object) -> int:
-    """``batch`` itself if it is an int from 1 to :data:`MAX_BATCH` (a bool is not), else
-    :class:`InputSpecError`."""
-    if not isinstance(batch, int) or isinstance(batch, bool) or not 0 < batch <= MAX_BATCH:
-        raise InputSpecError(f"batch size must be a positive integer up to {MAX_BATCH:,}, got {batch!r}.")
-    return batch
+    """``batch`` as an int if it is an integer from 1 to :data:`MAX_BATCH` (NumPy's too; a bool is not), else
+    :class:`InputSpecError`.
+
+    >>> import numpy as np
+    >>> check_batch(np.int64(8))
+    8
+    """
+    if not isinstance(batch, numbers.Integral) or isinstance(batch, bool) or not 0 < batch <= MAX_BATCH:
+        shown = f"{batch!r} ({type(batch).__name__})" if not isinstance(batch, int | float) else repr(batch)
+        raise InputSpecError(f"batch size must be a positive integer up to {MAX_BATCH:,}, got {shown}.")
+    return int(batch)
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -71,8 +78,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
     >>> parse_shape("3x224x224")
     (3, 224, 224)
     """
-    parts = [p for p in re.split(r"[,x\s]+", text.strip().strip("()[]")) if p]
+    inner = text.strip().strip("()[]").strip()
+    parts = re.split(r"\s*[,x]\s*|\s+", inner) if inner else []
     try:
+        if not parts or "" in parts:
+            raise ValueError("an empty dimension")
         return tuple(int(p) for p in parts)
     except ValueError:
         raise InputSpecError(
@@ -87,9 +97,12 @@ def parse_tensor_spec(text: str, index: int = 0) -> TensorSpec:
     >>> parse_tensor_spec("input_ids=128:int64")
     TensorSpec(shape=(128,), dtype='int64', name='input_ids')
     """
-    name, _, rest = text.rpartition("=") if "=" in text else ("", "", text)
+    name, equals, rest = text.rpartition("=") if "=" in text else ("", "", text)
+    if equals and not name.strip():
+        raise InputSpecError(f"the input {text!r} has an empty name: write NAME=SHAPE[:DTYPE], e.g. "
+                             "input_ids=128:int64, or leave out the '='.")
     shape_text, _, dtype = rest.partition(":")
-    return TensorSpec(parse_shape(shape_text), dtype or "float32", name or f"input{index}")
+    return TensorSpec(parse_shape(shape_text), dtype or "float32", name.strip() or f"input{index}")
 
 
 def normalize_inputs(inputs: InputLike) -> InputSpec | None:
@@ -103,6 +116,9 @@ def normalize_inputs(inputs: InputLike) -> InputSpec | None:
     if inputs is None:
         return None
     if isinstance(inputs, str):
+        if not inputs.strip():
+            raise InputSpecError("cannot read the shape '': give integers separated by commas, without the batch, "
+                                 "e.g. 3,224,224, or no shape for the model's own.")
         return tuple(parse_tensor_spec(part, i) for i, part in enumerate(inputs.split(";")) if part.strip())
     if isinstance(inputs, TensorSpec):
         return (inputs,)

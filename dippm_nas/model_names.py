@@ -24,6 +24,10 @@ def read_onnx(path: str | os.PathLike):
     from google.protobuf.message import DecodeError
 
     path = str(path)
+    if Path(path).is_dir():
+        raise ModelLoadError(f"{path} is a directory, not an ONNX file: give the .onnx file itself.")
+    if Path(path).exists() and not Path(path).is_file():
+        raise ModelLoadError(f"{path} is not a regular file (a device, a pipe or a socket): give the .onnx file.")
     if not Path(path).is_file():
         raise ModelLoadError(f"no such ONNX file: {path}")
     try:

@@ -17,7 +17,8 @@ def check_mode(mode: str) -> str:
     >>> check_mode("cuda-graphs")
     'cuda-graphs'
     """
-    if mode not in EXECUTION_MODES:
+    key = mode.strip().lower() if isinstance(mode, str) else mode
+    if key not in EXECUTION_MODES:
         raise DippmError(f"unknown execution mode {mode!r}; known: {', '.join(EXECUTION_MODES)}."
-                         + suggest(str(mode), EXECUTION_MODES))
-    return mode
+                         + suggest(key, EXECUTION_MODES))
+    return key

@@ -143,7 +143,8 @@ def precision_named(name: str) -> Precision:
     >>> precision_named("fp16").autocast
     True
     """
-    if name not in PRECISIONS:
+    key = name.strip().lower() if isinstance(name, str) else name  # FP16 is fp16, as A100-40GB is a100-40gb
+    if key not in PRECISIONS:
         raise DippmError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}."
-                         + suggest(name, PRECISIONS))
-    return PRECISIONS[name]
+                         + suggest(key, PRECISIONS))
+    return PRECISIONS[key]

@@ -146,6 +146,12 @@ def test_no_import_cycle_inside_the_package():
             "  " + ", ".join(cycle) + "\n" + "".join(
                 f"    {module} imports {', '.join(sorted(set(cycle) & graph[module]))}\n" for module in cycle)
             for cycle in cycles), pytrace=False)
+    into_cli = sorted(f"{module} imports {target}" for module, targets in graph.items()
+                      if not _within(module, ("dippm_nas.cli",)) for target in targets
+                      if _within(target, ("dippm_nas.cli",)))
+    if into_cli:
+        pytest.fail("the command line is the top layer; nothing below it may import it:\n"
+                    + "".join(f"  {line}\n" for line in into_cli), pytrace=False)
     into_clients = _client_imports(graph)
     if into_clients:
         pytest.fail("only dippm_nas.training, dippm_nas.measure and dippm_nas.cli may import the clients "

@@ -39,7 +39,7 @@ gpu_state() {
 
 repeat_pass() {  # $1: a or b
     say "repeatability pass $1: $repeat_manifest in a fresh process"
-    timeout $((repeat_s + 60)) "$python" -m dippm_nas.measure --manifest "$repeat_manifest" \
+    timeout $((repeat_s + 60)) "$python" -m dippm_nas.cli measure --manifest "$repeat_manifest" \
         --out "$out/repeat-$1.csv" --device "$device" --budget-s "$repeat_s" 2>&1 | tee -a "$log"
     say "pass $1 exit status ${PIPESTATUS[0]}"
 }

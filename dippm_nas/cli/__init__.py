@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from dippm_nas.cli import _cache, _measure, _predict, _report, _training
-from dippm_nas.errors import DippmError, one_line
+from dippm_nas.errors import DippmError, DippmWarning, one_line
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -111,11 +111,23 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+def hear_only_our_warnings() -> None:
+    """Third-party warnings (TVM's, PyTorch's, timm's) are noise to a user of the command line; a fault of
+    dippm-nas's own that it worked around (:class:`~dippm_nas.errors.DippmWarning`) is said in one line."""
+    warnings.filterwarnings("ignore")
+    warnings.filterwarnings("default", category=DippmWarning)
+    warnings.showwarning = _say_warning
+
+
+def _say_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+
+
 def _run(argv: list[str]) -> int:
     as_json = "--json" in argv
     try:
         args = build_parser().parse_args(argv)
-        warnings.filterwarnings("ignore")
+        hear_only_our_warnings()
         os.environ.setdefault("TQDM_DISABLE", "1")
         return args.func(args)
     except DippmError as exc:

@@ -28,7 +28,9 @@ def inputs_of(args: argparse.Namespace) -> object:
     :func:`dippm_nas.predict` takes."""
     if args.input_shape and args.input:
         raise DippmError("give either --input-shape or --input, not both.")
-    return args.input_shape or (";".join(args.input) if args.input else None)
+    if args.input_shape is not None:
+        return args.input_shape  # "" included: an empty shape is an error, not the model's default
+    return ";".join(args.input) if args.input else None
 
 
 #: The cost models ``--cost-model`` takes: ``auto`` and every registered one (a test checks that these are

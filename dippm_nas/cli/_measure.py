@@ -113,7 +113,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--batch", type=int, default=64, help="with --space: their batch size (default: 64)")
     me.add_argument("--seed", type=int, default=0, help="with --space: the draw of candidates (default: 0); rerun "
                                                           "with it to resume")
-    me.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
+    me.add_argument("--precision", default=DEFAULT_PRECISION, type=str.lower, choices=list(PRECISIONS),
                     help=f"with --quick or --space: the precision to measure, the one the calibration is for: "
                          f"{precision_help()} (default: {DEFAULT_PRECISION})")
     me.add_argument("--out", required=True, help="CSV to append to, e.g. data/measurements/h100.csv")
@@ -153,8 +153,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "the last session stopped. --plan prints the time split without measuring. Needs only torch, "
                     "timm and nvidia-ml-py.")
     ca.add_argument("--out-dir", default="data/measurements", help="where the files go (default: data/measurements)")
-    ca.add_argument("--budget-s", type=float, required=True, help="the whole campaign's time, e.g. 540 for a 10-minute "
-                                                                  "call with a margin")
+    ca.add_argument("--budget-s", type=float, required=True,
+                    help="the whole campaign's seconds: the time you have the GPU for, less a margin (e.g. 540 of "
+                         "ten minutes)")
     ca.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu tests the campaign (default: cuda)")
     ca.add_argument("--manifest", default=None,
                     help="model configurations to measure (default: drawn from --records, see above)")

@@ -31,7 +31,7 @@ examples:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-    from dippm_nas.hardware.registry import LAYOUTS, PRECISIONS
+    from dippm_nas.hardware.registry import DEFAULT_DEVICE, LAYOUTS, PRECISIONS
     from dippm_nas.modes import EXECUTION_MODES
     from dippm_nas.precisions import precision_help
 
@@ -42,12 +42,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", default=[],
                         help="an input by name, repeatable for several inputs, e.g. input_ids=128:int64")
     parser.add_argument("--batch", type=int, default=8, help="batch size (default: 8)")
-    parser.add_argument("--device", default="a100-40gb",
+    parser.add_argument("--device", default=DEFAULT_DEVICE,
                         help="GPU key from `dippm-nas devices`, or KEY:PROFILE for a MIG slice (default: a100-40gb)")
-    parser.add_argument("--precision", default=None, choices=list(PRECISIONS),
+    parser.add_argument("--precision", default=None, type=str.lower, choices=list(PRECISIONS),
                         help=f"as PyTorch runs the model: {precision_help()} (default: the model's own, fp32 or, "
                              "for a model whose weights are all half, its half-weights precision)")
-    parser.add_argument("--layout", default="nchw", choices=list(LAYOUTS),
+    parser.add_argument("--layout", default="nchw", type=str.lower, choices=list(LAYOUTS),
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
@@ -59,12 +59,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
-    parser.add_argument("--mode", default="eager", choices=list(EXECUTION_MODES),
+    parser.add_argument("--mode", default="eager", type=str.lower, choices=list(EXECUTION_MODES),
                         help="how the forward pass is issued: eager (PyTorch's default, each operator from the host) "
                              "or cuda-graphs (one replay, no host wait) (default: eager)")
     parser.add_argument("--host", default=None, metavar="PROFILE",
                         help="whose CPU issues eager's operators: a host profile of dippm_nas.cost.host "
-                             "(default: h100-harness, the CPU of our H100 harness)")
+                             "(default: h100-harness, the host of the H100s the harness measured)")
     parser.add_argument("--calibration", default=None, metavar="PROFILE.json",
                         help="a calibration of this GPU, precision and mode from `dippm-nas calibrate` (your own "
                              "measurements): the operator model, fitted to them, answers")
@@ -180,6 +180,10 @@ def cmd_mig(args: argparse.Namespace) -> int:
                                "J/sample"]))
     for note in whole.notes:
         print(f"note: {note}")
+    asked = get_device(args.device)
+    if asked.slice_of:
+        print(f"note: {args.device} names one slice; mig lists every slice of {gpu} (`dippm-nas predict --device "
+              f"{args.device}` predicts that one alone)")
     return 0
 
 

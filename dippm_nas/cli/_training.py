@@ -319,10 +319,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "optionally input_size,precision,mode,energy_j,memory_mib: joules for the whole batch, the "
                         "process's peak GPU memory as nvidia-smi shows it); a model is anything predict takes")
     c.add_argument("--device", required=True, help="the GPU measured, a key of `dippm-nas devices`")
-    c.add_argument("--precision", default=None, choices=list(PRECISIONS),
+    c.add_argument("--precision", default=None, type=str.lower, choices=list(PRECISIONS),
                    help="calibrate the rows of this precision, leaving the others out (default: the precision the "
                         "rows say, fp32 where they say none; a file of several asks you to choose)")
-    c.add_argument("--mode", default=None, choices=list(EXECUTION_MODES),
+    c.add_argument("--mode", default=None, type=str.lower, choices=list(EXECUTION_MODES),
                    help="calibrate the rows of this execution mode (default: the mode the rows say, eager where "
                         "they say none); cuda-graphs reads the harness's CUDA-graph latencies")
     c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")

@@ -19,12 +19,12 @@ import json
 from functools import cache
 from pathlib import Path
 
-from dippm_nas.cost.base import Estimate, NotCovered, get_cost_model
+from dippm_nas.cost.base import Estimate, NotCovered, cost_model_names, get_cost_model
 from dippm_nas.cost.calibration import CALIBRATED_MODEL, Calibration
 from dippm_nas.cost.card import WEIGHTS
 from dippm_nas.cost.coverage import not_covered
 from dippm_nas.cost.host import HostProfile
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
 from dippm_nas.precisions import precision_named
@@ -38,6 +38,19 @@ FALLBACK_COST_MODEL = "analytical"
 LEARNED_COST_MODEL = "pmgns"
 #: The routing card :mod:`dippm_nas.training.routing` writes.
 ROUTING = WEIGHTS / "routing.json"
+
+
+def check_cost_model(name: str) -> str:
+    """``name`` if it is :data:`AUTO` or a registered cost model, else a DippmError that lists them: said where a
+    request enters the library, before a model is exported.
+
+    >>> check_cost_model("operators")
+    'operators'
+    """
+    known = (AUTO, *cost_model_names())
+    if name not in known:
+        raise DippmError(f"unknown cost model {name!r}; known: {', '.join(known)}." + suggest(name, known))
+    return name
 
 
 def estimate_with(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str = AUTO, *,

@@ -204,6 +204,9 @@ def lookup(cost_model: str, device: str | Device, precision: str, batch: int, *,
         widened.append(f"fewer than {least} {precision} records: pooled over precisions")
     if key[2] == "*":
         widened.append(f"fewer than {least} comparable records at batch {want}: pooled over batches")
+    if batch > cell["batch_max"]:
+        widened.append(f"no record had a batch near {batch:,} (the largest was {cell['batch_max']:,}): the figure is "
+                       "extrapolated, and the prediction too")
     figures = table.get("splits", {}).get(_GROUP_SPLIT.get(group, ""), {}).get(model, {})
     return ErrorFigure(
         cost_model=model, mape=cell["mape"], median_ape=cell["median_ape"], records=cell["n"], group=group,

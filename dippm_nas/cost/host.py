@@ -55,7 +55,7 @@ class HostProfile:
 #: (``benchmarks/results/host_profile.txt``).
 HOST_PROFILES: dict[str, HostProfile] = {p.name: p for p in (
     HostProfile("h100-harness", operator_us=19.6, view_us=14.0, autocast_operator_us=34.0,
-                description="the CPU of our H100 harness machines, x86_64 with PyTorch 2.11, fitted on their "
+                description="the x86_64 host of the H100s the harness measured, with PyTorch 2.11, fitted on their "
                             "host-bound records"),
 )}
 DEFAULT_HOST = "h100-harness"

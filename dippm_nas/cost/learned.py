@@ -170,7 +170,8 @@ class PMGNSCostModel:
         graph = graph_at_precision(graph, precision)[0]
         read_graph = _as_read(graph, precision, read_precision)
         table = node_table(graph)  # its per-sample columns are the batch-1 graph's
-        request = {"batch": graph.batch, "device": gpu.key, "precision": read_precision, "layout": layout,
+        # the Device itself, not its key: a user's Device whose values differ from its key's row is read as given
+        request = {"batch": graph.batch, "device": gpu, "precision": read_precision, "layout": layout,
                    "torch": self.card.runtime(gpu.key)}
         inputs = record_inputs(node_table(read_graph), request, self.analytical)
         with torch.inference_mode(), one_thread():
@@ -179,7 +180,7 @@ class PMGNSCostModel:
             if (device.slice_of or read_precision != precision or mode != "eager"
                     or get_host_profile(host).name != DEFAULT_HOST):
                 # the correction of the request as measured, on the request's own roofline and queue
-                inputs = record_inputs(table, request | {"device": device.key, "precision": precision} | execution,
+                inputs = record_inputs(table, request | {"device": device, "precision": precision} | execution,
                                        self.analytical)
             curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
             latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean

@@ -59,10 +59,10 @@ class RecordInputs:
 
 
 def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> RecordInputs:
-    """``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device,
-    precision, layout and torch: a Record or a prediction request alike. It may also name an execution
-    ``mode`` and ``host`` profile (:mod:`dippm_nas.cost.host`); every record was measured eager on its
-    harness's host, the default."""
+    """``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device (a key or a
+    :class:`~dippm_nas.hardware.registry.Device`), precision, layout and torch: a Record or a prediction request
+    alike. It may also name an execution ``mode`` and ``host`` profile (:mod:`dippm_nas.cost.host`); every
+    record was measured eager on its harness's host, the default."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
     release = torch_release(record_like["torch"])

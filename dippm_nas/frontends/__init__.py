@@ -60,7 +60,7 @@ def load_model(model: Any, inputs: InputLike = None, batch: int = 1) -> LoadedMo
     >>> [str(spec) for spec in loaded.inputs]
     ['x=3,224,224:float32']
     """
-    check_batch(batch)
+    batch = check_batch(batch)
     spec = normalize_inputs(inputs)
     for frontend in frontends():
         if frontend.matches(model):

@@ -9,6 +9,7 @@ function is made canonical (:mod:`dippm_nas.frontends._canonical`).
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -212,10 +213,11 @@ def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpec | None, batch: int,
                 family: str = "") -> LoadedModel:
     """An ONNX model in memory into Relax: the one path that TensorFlow, TFLite and Paddle models share."""
-    spec = inputs or _declared_inputs(model, name)
+    spec = _by_name(inputs, model, name) if inputs else _declared_inputs(model, name)
     names = [i.name for i in _graph_inputs(model)]
     if len(spec) != len(names):
         raise ModelLoadError(f"{name} has {len(names)} inputs ({', '.join(names)}) but {len(spec)} were given.")
+    notes = _rebatched(model, name, batch)
     shapes = {n: list(s.with_batch(batch)) for n, s in zip(names, spec)}
     dtypes = {n: s.dtype for n, s in zip(names, spec)}
     try:
@@ -225,7 +227,35 @@ def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpe
     except Exception as exc:
         raise ExportError(f"TVM could not import {name} with inputs {shapes}: {one_line(exc)}") from exc
     return LoadedModel(mod, name, source, tuple(TensorSpec(s.shape, s.dtype, n) for n, s in zip(names, spec)),
-                       batch, family or name, tuple(f"{name}: {note}" for note in generic))
+                       batch, family or name, (*notes, *(f"{name}: {note}" for note in generic)))
+
+
+#: The names :func:`dippm_nas.inputs.normalize_inputs` gives inputs the user did not name.
+_UNNAMED = re.compile(r"^(input\d+|x)$")
+
+
+def _by_name(inputs: InputSpec, model: onnx.ModelProto, name: str) -> InputSpec:
+    """The given inputs in the graph's order where they are named as its inputs are; unnamed ones stay in the
+    order given. A name the graph does not have is a ModelLoadError that lists those it has."""
+    names = [i.name for i in _graph_inputs(model)]
+    unknown = [s.name for s in inputs if s.name not in names and not _UNNAMED.match(s.name)]
+    if unknown:
+        raise ModelLoadError(f"{name} has no input named {', '.join(map(repr, unknown))}; its inputs are "
+                             f"{', '.join(names)}: give --input NAME=SHAPE[:DTYPE] with those names.")
+    given = {s.name: s for s in inputs}
+    if set(names) <= set(given):
+        return tuple(given[n] for n in names)
+    return inputs
+
+
+def _rebatched(model: onnx.ModelProto, name: str, batch: int) -> tuple[str, ...]:
+    """A note where the file fixes a batch other than ``batch``: its inputs are re-shaped to it."""
+    fixed = {d.dim_value for value in _graph_inputs(model)
+             for d in value.type.tensor_type.shape.dim[:1] if d.HasField("dim_value") and d.dim_value > 0}
+    if fixed and fixed != {batch}:
+        return (f"{name}: the file fixes a batch of {', '.join(map(str, sorted(fixed)))}; predicted at batch "
+                f"{batch}, its inputs re-shaped to it (give --batch to choose another)",)
+    return ()
 
 
 def load_onnx(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:

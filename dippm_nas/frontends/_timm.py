@@ -62,10 +62,15 @@ def _path_that_is_not_a_model(name: str) -> str:
     """What is wrong with a name that is a path no other frontend took (a directory or file that exists
     but holds no model it reads, or a file path that does not exist), or '' for anything else."""
     path = Path(name)
+    if not name.strip():
+        return ("the model is an empty name: give a timm model name (resnet50), a model file, "
+                "'package.module:factory' or 'hf:<type>'.")
     if path.is_dir():
         return (f"{name} is a directory but holds no model dippm-nas reads: a TensorFlow SavedModel directory "
                 "has saved_model.pb in it, a Paddle inference model directory one program (.json or .pdmodel) "
                 "beside its .pdiparams; give the model file itself for any other kind.")
+    if path.exists() and not path.is_file():
+        return f"{name} is not a regular file (a device, a pipe or a socket): give the model file itself."
     if path.is_file():
         return (f"{name} is a file of a kind dippm-nas does not read ({path.suffix or 'no suffix'}); give an .onnx, "
                 ".keras, .h5 or .tflite file, a Paddle .json/.pdmodel beside its .pdiparams, or a PyTorch model "

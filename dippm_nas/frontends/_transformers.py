@@ -11,6 +11,8 @@ extra ``pip install 'dippm-nas[transformers]'``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dippm_nas.errors import InputSpecError, ModelLoadError, suggest
@@ -87,8 +89,10 @@ def config_for(model_type: str, **overrides: object) -> object:
     transformers = import_extra("transformers", "transformers", "Hugging Face models")
     CONFIG_MAPPING, AutoConfig = transformers.CONFIG_MAPPING, transformers.AutoConfig
     if model_type not in CONFIG_MAPPING:
-        raise ModelLoadError(f"unknown transformers model type {model_type!r}."
-                             + suggest(model_type, list(CONFIG_MAPPING.keys())))
+        known = list(CONFIG_MAPPING.keys())
+        raise ModelLoadError(f"unknown transformers model type {model_type!r}." + (suggest(model_type, known) or (
+            f" The installed transformers knows {len(known)} types, e.g. bert, gpt2, llama, t5, vit; "
+            "`python -c \"import transformers; print(*transformers.CONFIG_MAPPING)\"` lists them all.")))
     return AutoConfig.for_model(model_type, **overrides)
 
 
@@ -104,7 +108,12 @@ def load_transformers(target: str | object, inputs: InputSpec | None, batch: int
     spec = token_ids(inputs, config, model_type)
     model = _TokenIdsOnly(build_from_config(config, architecture))
     name = target if isinstance(target, str) else f"{PREFIX}{model_type}"
-    return load_module(model, spec, batch, name, "transformers", model_type)
+    loaded = load_module(model, spec, batch, name, "transformers", model_type)
+    if inputs:
+        return loaded
+    assumed = (f"{name}: no input was given, so {DEFAULT_SEQUENCE_LENGTH} int64 token ids per sample were assumed; "
+               f"give --input {TOKEN_IDS}=LENGTH:int64 for another sequence length")
+    return replace(loaded, warnings=(assumed, *loaded.warnings))
 
 
 def token_ids(inputs: InputSpec | None, config: object, model_type: str) -> InputSpec:

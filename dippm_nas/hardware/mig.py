@@ -7,7 +7,7 @@ import numbers
 from dataclasses import dataclass
 
 from dippm_nas.errors import DippmError
-from dippm_nas.hardware.registry import Device, MigProfile, get_device
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, MigProfile, get_device
 
 #: Default headroom on top of the predicted memory. NVIDIA's usable memory differs by 1-2 % between
 #: drivers (reference/README.md) and the allocator's fragmentation adds a few percent more.
@@ -48,7 +48,7 @@ def fits(profile: MigProfile, memory_mib: float, margin: float = DEFAULT_MIG_MAR
     return required_memory(memory_mib, margin) <= profile.usable_mib
 
 
-def select_mig_profile(memory_mib: float, device: str | Device = "a100-40gb",
+def select_mig_profile(memory_mib: float, device: str | Device = DEFAULT_DEVICE,
                        margin: float = DEFAULT_MIG_MARGIN) -> MigChoice:
     """The smallest profile whose usable memory holds ``memory_mib * (1 + margin)``.
 

@@ -202,11 +202,12 @@ LAYOUTS: dict[str, str] = {
 
 def check_layout(layout: str) -> str:
     """``layout`` itself if it is a key of ``LAYOUTS``, else a DippmError that lists them."""
-    if layout not in LAYOUTS:
+    key = layout.strip().lower() if isinstance(layout, str) else layout
+    if key not in LAYOUTS:
         raise DippmError(
-            f"unknown memory layout {layout!r}; choose one of: {', '.join(LAYOUTS)}." + suggest(layout, LAYOUTS)
+            f"unknown memory layout {layout!r}; choose one of: {', '.join(LAYOUTS)}." + suggest(key, LAYOUTS)
         )
-    return layout
+    return key
 
 
 def check_precision(precision: str) -> str:
@@ -302,6 +303,10 @@ def list_devices() -> list[Device]:
     return list(_registry().values())
 
 
+#: The GPU a prediction is for where none is named: DIPPM's.
+DEFAULT_DEVICE = "a100-40gb"
+
+
 def get_device(key: str | Device) -> Device:
     """A device by registry key (``a100-40gb``), or a MIG slice as ``a100-40gb:1g.5gb``.
 
@@ -316,6 +321,9 @@ def get_device(key: str | Device) -> Device:
     """
     if isinstance(key, Device):
         return key
+    if not isinstance(key, str):
+        raise UnknownDeviceError(f"device must be a key of `dippm-nas devices` such as {DEFAULT_DEVICE!r} (or a "
+                                 f"Device), not {key!r}.")
     base, _, profile = key.strip().lower().partition(":")
     devices = _registry()
     if base not in devices:

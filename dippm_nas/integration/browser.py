@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from dippm_nas._folders import make_parent
 from dippm_nas.errors import DippmError
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -40,7 +41,7 @@ def screenshot(html_file: str | Path, png: str | Path, width: int = 1300, height
     Raises DippmError when Chromium wrote no file.
     """
     png = Path(png).resolve()
-    png.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(png, "the screenshot")
     _run(Path(html_file), f"--screenshot={png}", f"--window-size={width},{height}")
     if not png.exists():
         raise DippmError(f"Chromium wrote no screenshot to {png}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dippm_nas.cost.base import Prediction
 from dippm_nas.errors import DippmError
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory
-from dippm_nas.hardware.registry import Device, get_device
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, get_device
 
 #: The user attributes a scored trial carries (Optuna's dashboard shows them), in the units of
 #: :data:`dippm_nas.cost.base.UNITS` (latency and energy per batch, memory in MiB; ``memory_mb`` is the
@@ -71,7 +71,7 @@ class HardwareConstraints:
     energy_j: float | None = None
     memory_mb: float | None = None
     mig_profiles: tuple[str, ...] = ()
-    device: str = "a100-40gb"
+    device: str = DEFAULT_DEVICE
     mig_margin: float = DEFAULT_MIG_MARGIN
     memory_mib: float | None = None
 

@@ -15,6 +15,7 @@ from dippm_nas.cost.base import Prediction
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
+from dippm_nas.hardware.registry import DEFAULT_DEVICE
 from dippm_nas.inputs import InputLike, check_batch
 from dippm_nas.integration.block_pool import PROGRESS_FROM
 from dippm_nas.integration.candidate import Candidate
@@ -44,21 +45,23 @@ class HardwareCostModel:
     ('a100-40gb', 8, True, '1g.5gb')
     """
 
-    def __init__(self, device: str = "a100-40gb", batch: int = 8, precision: str | None = None,
+    def __init__(self, device: str = DEFAULT_DEVICE, batch: int = 8, precision: str | None = None,
                  cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
                  use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
                  mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None,
                  workers: int | None = None):
         from dippm_nas._predict import Request
+        from dippm_nas.cost.choice import check_cost_model
         from dippm_nas.cost.host import get_host_profile
 
-        check_batch(batch)
+        batch = check_batch(batch)
         request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
-        self.device, self.precision, self.layout, self.mode = request.gpu, request.precision, layout, mode
+        self.device, self.precision, self.layout = request.gpu, request.precision, request.layout
+        self.mode = request.mode
         self.host = get_host_profile(host).name
         self.calibration = request.calibration
         self.batch = batch
-        self.cost_model = cost_model
+        self.cost_model = check_cost_model(cost_model)
         self.mig_margin = mig_margin
         self.use_cache = use_cache
         store = cache if isinstance(cache, GraphCache) or cache is None else GraphCache(cache)

@@ -6,10 +6,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, fits
-from dippm_nas.hardware.registry import get_device
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, get_device
 
 
-def trials_fitting_mig(study: optuna.Study, profile: str, device: str = "a100-40gb",
+def trials_fitting_mig(study: optuna.Study, profile: str, device: str = DEFAULT_DEVICE,
                        margin: float = DEFAULT_MIG_MARGIN, states: tuple[TrialState, ...] = (TrialState.COMPLETE,)
                        ) -> list[FrozenTrial]:
     """Trials scored on ``device`` whose predicted memory fits ``profile`` (with the margin)."""

@@ -1,9 +1,10 @@
 """One self-contained HTML report of a hardware-aware study: Pareto fronts, the Pareto table, history.
 
 Plots are Plotly figures with plotly.js inlined, so the file opens with no network. Each front plots
-the study's first objective (the accuracy) against a predicted cost; points are coloured by the
-smallest MIG profile they fit, infeasible trials are grey, and the 2-D Pareto front (feasible trials
-that no other feasible trial beats on both axes) is drawn as a line. The history comes from Optuna's
+the study's first objective (by the name ``study.set_metric_names`` gives it) against a predicted cost; points
+are coloured by the smallest MIG profile they fit, completed trials that broke a constraint are grey, and the
+2-D Pareto front (feasible trials that no other feasible trial beats on both axes) is drawn as a line, or
+marked where it is one trial. The history comes from Optuna's
 own ``plot_optimization_history``.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from dippm_nas._folders import make_parent
 from dippm_nas.errors import DippmError
 from dippm_nas.integration.filters import is_feasible, trial_memory_mib
 
@@ -118,7 +120,7 @@ def _groups(trials: list[FrozenTrial]) -> list[tuple[str, str, list[FrozenTrial]
 
 def _objective_name(study: optuna.Study) -> str:
     names = study.metric_names
-    return names[0] if names else "objective 0 (accuracy)"
+    return names[0] if names else "objective 0"
 
 
 def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, front: list[FrozenTrial]):
@@ -135,12 +137,18 @@ def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, fro
             text=[f"trial {t.number}" for t in members],
             hovertemplate="%{text}<br>%{x:.4g}<br>objective %{y:.4g}<extra>" + group + "</extra>"))
     fig.add_trace(go.Scatter(x=[cost_of(t, cost) for t in front], y=[t.values[0] for t in front],
-                             mode="lines", line={"shape": "hv", "color": "black", "width": 1.5}, name="Pareto front"))
+                             mode="lines" if len(front) > 1 else "markers", name=_front_name(front),
+                             line={"shape": "hv", "color": "black", "width": 1.5},
+                             marker={"symbol": "star", "size": 14, "color": "black"}))
     device = trials[0].user_attrs.get("device", "")
     fig.update_layout(title=f"{_objective_name(study)} against {COSTS[cost]} on {device}", xaxis_title=COSTS[cost],
                       yaxis_title=_objective_name(study), legend_title="smallest MIG profile", height=460,
                       template="plotly_white")
     return fig
+
+
+def _front_name(front: list[FrozenTrial]) -> str:
+    return "Pareto front" if len(front) > 1 else "Pareto front (one trial)"
 
 
 def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
@@ -173,7 +181,7 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
+    make_parent(folder / "plot.png", "the plots")
     out = []
     for cost, label in COSTS.items():
         fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -181,8 +189,11 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
             ax.scatter([cost_of(t, cost) for t in members], [t.values[0] for t in members], label=group, color=colour,
                        s=3 if len(trials) >= LARGE_STUDY else 14)
         front = fronts[cost]
-        ax.step([cost_of(t, cost) for t in front], [t.values[0] for t in front], where="post", color="black",
-                linewidth=1, label="Pareto front")
+        xy = [cost_of(t, cost) for t in front], [t.values[0] for t in front]
+        if len(front) > 1:
+            ax.step(*xy, where="post", color="black", linewidth=1, label=_front_name(front))
+        elif front:  # a line of one point: a marker instead
+            ax.scatter(*xy, marker="*", s=90, color="black", label=_front_name(front))
         ax.set_xlabel(label)
         ax.set_ylabel(_objective_name(study))
         ax.legend(fontsize=7, title="smallest MIG profile", title_fontsize=7)
@@ -194,11 +205,21 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
     return tuple(out)
 
 
+def _what_grey_means(plotted: list[FrozenTrial], every: list[FrozenTrial]) -> str:
+    """What the summary says of infeasible trials: grey where some are plotted, else where they went."""
+    if any(not is_feasible(t) for t in plotted):
+        return "grey points completed but broke a constraint;"
+    pruned = sum(t.state == TrialState.PRUNED and str(t.user_attrs.get("prune_reason", "")).startswith("infeasible")
+                 for t in every)
+    return f"the {pruned} trials pruned as infeasible before training are not plotted;" if pruned else ""
+
+
 def write_report(study: optuna.Study, out: str | Path = "report.html",
                  png_dir: str | Path | None = None) -> ReportSummary:
     """Write the study's report to ``out`` as one HTML file that opens offline, and PNG fronts into ``png_dir``.
 
-    The study's first objective must be the accuracy and its trials scored by
+    The study's first objective is plotted against the costs (an accuracy, a training-free proxy: whatever the
+    search maximises or minimises besides them), its trials scored by
     :class:`~dippm_nas.integration.HardwareObjective` (:func:`scored_trials`); plotly draws the HTML,
     matplotlib the PNGs (only when ``png_dir`` is given).
     """
@@ -214,9 +235,12 @@ def write_report(study: optuna.Study, out: str | Path = "report.html",
     pareto = sorted({t.number for front in fronts.values() for t in front})
     by_number = {t.number: t for t in trials}
     feasible = sum(is_feasible(t) for t in trials)
-    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    every = study.get_trials(deepcopy=False)
+    states = [t.state.name for t in every]
+    running = states.count("RUNNING") + states.count("WAITING")
     summary = (f"{len(states)} trials: {states.count('COMPLETE')} complete ({feasible} feasible), "
-               f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed. Device "
+               f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed"
+               f"{f', {running} running or waiting' if running else ''}. Device "
                f"{html.escape(str(trials[0].user_attrs.get('device')))}, batch {trials[0].user_attrs.get('batch')}, "
                f"precision {html.escape(str(trials[0].user_attrs.get('precision')))}.")
     page = f"""<!DOCTYPE html>
@@ -227,8 +251,8 @@ td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top}
 th{{background:#f3f3f3}}td:last-child{{font-family:monospace;font-size:11px;max-width:520px;word-break:break-all}}</style>
 </head><body>
 <h1>dippm-nas report: {html.escape(study.study_name)}</h1>
-<p id="summary">{summary} Predictions come from the cost model named in each row; grey points broke a
-constraint; colours give the smallest MIG profile each candidate fits.</p>
+<p id="summary">{summary} Predictions come from the cost model named in each row; {_what_grey_means(trials, every)}
+colours give the smallest MIG profile each candidate fits.</p>
 <h2>Pareto fronts</h2>
 {''.join(sections[:3])}
 <h2>Pareto-optimal trials</h2>
@@ -238,7 +262,7 @@ constraint; colours give the smallest MIG profile each candidate fits.</p>
 </body></html>
 """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(out, "the report")
     out.write_text(page, encoding="utf-8")
     pngs = _pngs(study, trials, fronts, Path(png_dir)) if png_dir else ()
     return ReportSummary(out, len(trials), feasible, tuple(pareto), pngs)

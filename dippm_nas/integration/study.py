@@ -10,6 +10,7 @@ heartbeat stopped as FAIL, and ``RetryHeartbeatStaleTrialCallback`` queues its p
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import time
 import warnings
@@ -19,6 +20,7 @@ from pathlib import Path
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
+from dippm_nas._folders import make_parent
 from dippm_nas.errors import DippmError, one_line
 
 #: Seconds between a running trial's heartbeats; a trial is stale after twice that.
@@ -38,6 +40,22 @@ def storage_named(name: str | None) -> str | optuna.storages.BaseStorage | None:
     from optuna.storages.journal import JournalFileBackend
 
     return optuna.storages.JournalStorage(JournalFileBackend(name))
+
+
+#: How Optuna names a constraint's system attribute (``constraints:<key>``, ``optuna.study._constrained_optimization``).
+CONSTRAINTS_KEY = "constraints:"
+
+
+class RetryWithItsOwnConstraints(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a dead worker's trial, without the dead trial's constraint values: Optuna copies every
+    system attribute to the retry, and ``trial.set_constraint`` keeps a value already set (with a warning), so
+    the retry's own constraints would be lost to those of a run that never finished."""
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Queue the retry of ``trial``, its constraint values left out."""
+        trial = copy.copy(trial)
+        trial.system_attrs = {k: v for k, v in trial.system_attrs.items() if not k.startswith(CONSTRAINTS_KEY)}
+        super().__call__(study, trial)
 
 
 def open_study(storage: str | None, study_name: str, directions: Sequence[str], *,
@@ -67,7 +85,7 @@ def open_study(storage: str | None, study_name: str, directions: Sequence[str], 
             with _creation_lock(storage), warnings.catch_warnings():
                 # heartbeats are "experimental" since Optuna 2.x: nothing for a user to act on
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+                retry = RetryWithItsOwnConstraints(max_retry=max_retry)
                 rdb = RDBStorage(storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                                  heartbeat_stale_trial_callback=retry)
                 return optuna.create_study(storage=rdb, study_name=study_name, directions=list(directions),
@@ -100,8 +118,9 @@ def _creation_lock(storage: str) -> Iterator[None]:
     if not storage.startswith(prefix) or fcntl is None or storage[len(prefix):] in ("", ":memory:"):
         yield
         return
-    lock_path = Path(storage[len(prefix):].split("?")[0] + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    database = Path(storage[len(prefix):].split("?")[0])
+    make_parent(database, "the study's database")
+    lock_path = database.with_name(database.name + ".lock")
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

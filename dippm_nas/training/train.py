@@ -69,10 +69,9 @@ class TrainConfig:
     #: family split).
     corrected_targets: tuple[str, ...] = ("latency_ms", "energy_j")
     #: Networks trained from different seeds (:func:`member_seed`); a prediction is the geometric mean of
-    #: theirs. On unseen families an ensemble errs a little less than one network, by about as much as
-    #: one seed differs from another (compare with ``benchmarks/validation_study.py --variant
-    #: 'three={"members": 3}'``); on another GPU it does not help, as the error there is a bias the
-    #: members share. The shipped model is one network because each member adds its convolutions to
+    #: theirs. On unseen families an ensemble of three errs no less than one network, within what one seed
+    #: differs from another (docs/pmgns.md, "Ensembles"); on another GPU it does not help, as the error
+    #: there is a bias the members share. The shipped model is one network because each member adds its convolutions to
     #: every prediction, against the 5 ms prediction-time bar. Early stopping runs once (the first
     #: member's) and every member is refitted for the epochs it chose.
     members: int = 1

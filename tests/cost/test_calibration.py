@@ -58,7 +58,8 @@ def test_the_harness_csv_and_a_minimal_csv_are_read(tmp_path):
     assert "oom" in statuses and len(harness) == statuses.count("ok")
     assert {r.precision for r in harness} == {"fp32", "fp16"}
     assert harness[0] == MeasuredRow("mobilenetv5_base", 1, harness[0].latency_ms, 256, "fp32", line=2,
-                                     energy_j=harness[0].energy_j, memory_mib=1166.0, gpu_name="NVIDIA H200", mode="eager")
+                                     energy_j=harness[0].energy_j, memory_mib=1166.0, gpu_name="NVIDIA H200",
+                                     mode="eager")
     # the harness measures energy and the process's memory through NVML
     assert all(r.energy_j > 0 and r.memory_mib > 0 and r.memory_counts_modules for r in harness)
     # and the forward replayed as a CUDA graph, the latency a cuda-graphs calibration fits (energy and memory

@@ -78,7 +78,8 @@ def test_kill_in_the_middle_then_resume(tmp_path):
     write_manifest(_configs(5), manifest)
     assert [c.key for c in read_manifest(manifest)] == [c.key for c in _configs(5)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
-    cmd = [sys.executable, "-m", "dippm_nas.measure", "--manifest", str(manifest), "--out", str(out), "--device", "cpu"]
+    cmd = [sys.executable, "-m", "dippm_nas.cli", "measure", "--manifest", str(manifest), "--out", str(out),
+           "--device", "cpu"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(measured_keys(out)) < 2:
@@ -98,7 +99,7 @@ def test_kill_in_the_middle_then_resume(tmp_path):
 def test_harness_needs_no_tvm():
     """Every part a bare GPU machine runs: the harness, the manifest, the sweep, the campaign, the CLI."""
     code = ("import sys, dippm_nas.measure, dippm_nas.measure.manifest, dippm_nas.measure.sweep, "
-            "dippm_nas.measure.campaign, dippm_nas.cli; "
+            "dippm_nas.measure.campaign, dippm_nas.measure.space, search_spaces, dippm_nas.cli; "
             "dippm_nas.cli.build_parser(); assert 'tvm' not in sys.modules, 'the harness imported TVM'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT)
 
