@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas._cache_location import cache_dir
+from dippm_nas.cache.location import cache_dir
 from dippm_nas.cost.analytical import energy_j, spec_powers
 from dippm_nas.cost.base import MemoryBreakdown
 from dippm_nas.cost.calibration import Calibration, memory_terms
@@ -38,7 +38,13 @@ from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel, kernel
 from dippm_nas.cost.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
-from dippm_nas.training.calibrate import PRIOR_WEIGHTS, MeasuredRow, calibrate, fit_scales, scaled_latency_ms
+from dippm_nas.training.calibration_fit import (
+    PRIOR_WEIGHTS,
+    MeasuredRow,
+    calibrate,
+    fit_scales,
+    scaled_latency_ms,
+)
 from dippm_nas.training.dataset import load_graphs
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record, load_records

@@ -27,7 +27,7 @@ import warnings
 import optuna
 from tqdm import tqdm
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache.store import GraphCache
 from dippm_nas.integration import HardwareCostModel
 from search_spaces import get_search_space
 

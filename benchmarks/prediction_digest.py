@@ -26,7 +26,7 @@ def main() -> int:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import dippm_nas
-    from dippm_nas.cache import GraphCache
+    from dippm_nas.cache.store import GraphCache
     from dippm_nas.graph.batching import scale_batch
 
     cache = GraphCache(args.store)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from dippm_nas._model_cache import cached_graph
+from dippm_nas.cache.models import cached_graph
 from dippm_nas.cost import Estimate, NodeCost, Prediction, get_cost_model
 from dippm_nas.cost.calibration import Calibration, load_calibration
 from dippm_nas.cost.card import operator_model_mismatch
@@ -72,7 +72,7 @@ class Request:
 def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> ModelGraph:
     """Import ``model`` (see :func:`dippm_nas.frontends.load_model`) and turn it into a ModelGraph, every
     time: :func:`dippm_nas.predict` reads a model's graph from the disk cache where it can
-    (:mod:`dippm_nas._model_cache`). The frontends and TVM are imported here, on first use."""
+    (:mod:`dippm_nas.cache.models`). The frontends and TVM are imported here, on first use."""
     from dippm_nas.frontends import load_model
     from dippm_nas.graph.from_relax import relax_to_graph
 
@@ -230,7 +230,7 @@ def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: in
 def checked_graph(model: Any, input_shape: InputLike, batch: int) -> ModelGraph:
     """The model's graph at ``batch``; call it once the prediction's other arguments are checked, so that
     bad ones fail before the slow export. A graph built before is read from the user's disk cache
-    (:mod:`dippm_nas._model_cache`: ``DIPPM_NAS_CACHE_DIR``, ``DIPPM_NAS_NO_CACHE=1``), without TVM."""
+    (:mod:`dippm_nas.cache.models`: ``DIPPM_NAS_CACHE_DIR``, ``DIPPM_NAS_NO_CACHE=1``), without TVM."""
     return cached_graph(model, input_shape, check_batch(batch), build_graph)
 
 

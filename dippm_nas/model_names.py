@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from dippm_nas._cache_location import cache_dir
+from dippm_nas.cache.location import cache_dir
 from dippm_nas.errors import ModelLoadError, UnknownModelError, one_line, suggest
 
 #: ``package.module:factory``: a callable that returns a ``torch.nn.Module``.

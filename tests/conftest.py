@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 warnings.filterwarnings("ignore")
-# Tests build their graphs, rather than read them from the user's disk cache (dippm_nas._model_cache);
+# Tests build their graphs, rather than read them from the user's disk cache (dippm_nas.cache.models);
 # the cache's own tests turn it on, in a directory of their own.
 os.environ.setdefault("DIPPM_NAS_NO_CACHE", "1")
 # The user's own GPU rows (~/.config/dippm-nas/devices) are not the tests': each test that needs one names it.

@@ -212,12 +212,12 @@ def test_margin_bound_is_the_documented_one(capsys):
 
 
 def test_a_bug_is_one_line_with_exit_1(capsys, monkeypatch):
-    from dippm_nas.cli import _predict
+    from dippm_nas.cli import _prediction
 
     def broken(args):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(_predict, "cmd_devices", broken)
+    monkeypatch.setattr(_prediction, "cmd_devices", broken)
     code, _, err = _run(capsys, ["devices"])
     assert code == 1 and err.count("\n") == 1 and "internal error, ZeroDivisionError" in err
     assert "DIPPM_NAS_TRACEBACK=1" in err

@@ -138,13 +138,13 @@ def test_an_error_figure_beyond_the_records_batches_says_it_is_extrapolated():
 
 
 def test_a_cache_path_that_is_a_file_is_said_in_one_line(capsys, tmp_path, monkeypatch):
-    import dippm_nas._model_cache
+    import dippm_nas.cache.models
 
     blocker = tmp_path / "afile"
     blocker.write_text("")
     monkeypatch.delenv("DIPPM_NAS_NO_CACHE", raising=False)
     monkeypatch.setenv("DIPPM_NAS_CACHE_DIR", str(blocker))
-    monkeypatch.setattr(dippm_nas._model_cache, "_STORES", {})
+    monkeypatch.setattr(dippm_nas.cache.models, "_STORES", {})
     code, _, err = _run(capsys, "predict", "conftest:SmallCNN", "--input-shape", "3,16,16",
                         "--cost-model", "analytical")
     warned = [line for line in err.splitlines() if line.startswith("warning: ")]
@@ -152,7 +152,7 @@ def test_a_cache_path_that_is_a_file_is_said_in_one_line(capsys, tmp_path, monke
 
 
 def test_a_folder_is_made_for_a_file_asked_inside_it_and_said(tmp_path):
-    from dippm_nas.cache import GraphCache
+    from dippm_nas.cache.store import GraphCache
     from dippm_nas.integration import open_study
 
     with pytest.warns(DippmWarning, match=r"made the folder .*new/cache for the graph cache"):

@@ -1,4 +1,4 @@
-"""The user's disk cache of model graphs (dippm_nas._model_cache): where it lives, what its keys see, that a
+"""The user's disk cache of model graphs (dippm_nas.cache.models): where it lives, what its keys see, that a
 graph read back predicts exactly as the one built, that several processes share it, and that a model
 predicted again needs no TVM."""
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import dippm_nas
-from dippm_nas import _model_cache
-from dippm_nas._model_cache import CACHE_DIR_ENV, CACHE_FILE, NO_CACHE_ENV, cache_dir, cached_graph, model_key
+from dippm_nas.cache import models as _model_cache
+from dippm_nas.cache.models import CACHE_DIR_ENV, CACHE_FILE, NO_CACHE_ENV, cache_dir, cached_graph, model_key
 from dippm_nas.graph import ModelGraph
 from dippm_nas.graph.serialize import graph_from_bytes, graph_to_bytes
 

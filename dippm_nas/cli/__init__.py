@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from dippm_nas.cli import _cache, _measure, _predict, _report, _training
+from dippm_nas.cli import _cache, _measure, _prediction, _report, _training
 from dippm_nas.errors import DippmError, DippmWarning, one_line
 
 EXIT_USAGE = 2
@@ -48,9 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dippm-nas",
         description="Predict inference latency, energy, GPU memory and MIG slice of a neural network "
                     "on an NVIDIA GPU, without the GPU.",
-        epilog=_predict.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_prediction.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (_predict, _measure, _report, _training, _cache):
+    for group in (_prediction, _measure, _report, _training, _cache):
         group.add_commands(sub)
     return parser
 

@@ -48,7 +48,7 @@ def cmd_cache_warm(args: argparse.Namespace) -> int:
         raise DippmError(f"--batch {args.batch}: give positive batch sizes separated by commas, such as 1,8.")
     if args.workers is not None and args.workers < 1:
         raise DippmError(f"--workers {args.workers}: give at least 1 (the default is one a core).")
-    from dippm_nas.cache import GraphCache
+    from dippm_nas.cache.store import GraphCache
     from dippm_nas.integration.featurizer import CachedFeaturizer
     from search_spaces import get_search_space
 

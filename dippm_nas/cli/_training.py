@@ -211,7 +211,7 @@ def _leave_one_gpu_out(args: argparse.Namespace, config) -> int:
 
 def _write_error_table() -> None:
     """Rebuild the shipped error table from the evaluation's and the leave-one-GPU-out run's predictions."""
-    from dippm_nas.training.error_table import write_error_table
+    from dippm_nas.training.held_out_errors import write_error_table
     from dippm_nas.training.paths import project
 
     print(f"error table: {write_error_table(project().docs / 'accuracy' / 'predictions.csv')}")
@@ -220,7 +220,13 @@ def _write_error_table() -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Read the rows, fit, report and write the calibration; the file and device are checked first."""
     from dippm_nas.hardware.registry import get_device
-    from dippm_nas.training.calibrate import calibrate, mode_of_rows, precision_of_rows, read_rows, report
+    from dippm_nas.training.calibration_fit import (
+        calibrate,
+        mode_of_rows,
+        precision_of_rows,
+        read_rows,
+        report,
+    )
 
     gpu = get_device(args.device)
     if gpu.slice_of:

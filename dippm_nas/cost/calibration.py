@@ -107,7 +107,7 @@ class Calibration:
     host: str
     format: int = FORMAT
     cost_model: str = CALIBRATED_MODEL
-    #: Which scales the rows chose to free (:data:`dippm_nas.training.calibrate.FITS`); the others stay 1.
+    #: Which scales the rows chose to free (:data:`dippm_nas.training.calibration_fit.FITS`); the others stay 1.
     fit: str = ALL_SCALES_FIT
     #: The whole GPU's idle and busy watts fitted to the rows' energy; None: the spec sheet's.
     idle_w: float | None = None

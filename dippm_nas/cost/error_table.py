@@ -3,7 +3,7 @@
 ``dippm-nas evaluate`` writes every test prediction beside its measurement
 (``docs/accuracy/predictions.csv``) and the splits' summary (``docs/accuracy/results.json``);
 ``dippm-nas evaluate --leave-one-gpu-out`` writes every held-out GPU's
-(``docs/accuracy/transfer_predictions.csv``). :mod:`dippm_nas.training.error_table` condenses them into a
+(``docs/accuracy/transfer_predictions.csv``). :mod:`dippm_nas.training.held_out_errors` condenses them into a
 small table, ``dippm_nas/cost/weights/error_table.json``, that ships with the package: the latency MAPE of
 each cost model on held-out records, grouped by
 
@@ -19,7 +19,7 @@ records, widening device, precision and batch range in that order of preference,
 widened: a request on a GPU nobody measured gets the model's error on the GPUs that were, said as such.
 The library reads only this shipped table, never ``docs/``. Rebuild it after an evaluation with::
 
-    python -m dippm_nas.training.error_table docs/accuracy/predictions.csv
+    python -m dippm_nas.training.held_out_errors docs/accuracy/predictions.csv
 
 >>> figure = lookup("pmgns", "h100-sxm", "fp16", 1, family_in_training=True)
 >>> figure.devices, figure.batch_max, figure.records >= MIN_RECORDS, figure.mape > 0.2

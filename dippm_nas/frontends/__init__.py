@@ -1,7 +1,7 @@
 """Frontends: any supported model description -> one TVM Relax IRModule.
 
 A registry, as in timm: each frontend module registers a matcher and a loader with a priority
-(:mod:`dippm_nas.frontends._registry`), and :func:`load_model` tries them in that order. What comes
+(:mod:`dippm_nas.frontends._frontend_registry`), and :func:`load_model` tries them in that order. What comes
 out is always a :class:`LoadedModel`, whatever the source framework.
 
 >>> frontend_names()[0], frontend_names()[-1]
@@ -25,7 +25,7 @@ from dippm_nas.frontends import (  # noqa: F401
     _timm,
     _transformers,
 )
-from dippm_nas.frontends._registry import (
+from dippm_nas.frontends._frontend_registry import (
     Frontend,
     LoadedModel,
     frontend_names,

@@ -8,8 +8,8 @@ import reprlib
 import torch
 
 from dippm_nas.errors import ModelLoadError, one_line
+from dippm_nas.frontends._frontend_registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec
 from dippm_nas.model_names import FACTORY_PATTERN
 

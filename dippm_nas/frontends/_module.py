@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import torch
 
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
+from dippm_nas.frontends._frontend_registry import LoadedModel, register_frontend
 from dippm_nas.frontends._torch import torch_to_relax
 from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
 from dippm_nas.precisions import FULL_DTYPE, HALF_FORMATS

@@ -21,7 +21,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter, _get_conver
 
 from dippm_nas.errors import ExportError, ModelLoadError, one_line
 from dippm_nas.frontends._canonical import canonicalize
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
+from dippm_nas.frontends._frontend_registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 from dippm_nas.model_names import read_onnx
 from dippm_nas.relax_contract import generic_call

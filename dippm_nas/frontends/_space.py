@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
+from dippm_nas.frontends._frontend_registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 

@@ -26,9 +26,9 @@ from typing import Any
 import onnx
 
 from dippm_nas.errors import ModelLoadError, one_line
+from dippm_nas.frontends._frontend_registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._onnx import import_onnx
 from dippm_nas.frontends._quiet import quiet
-from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 OPSET = 17

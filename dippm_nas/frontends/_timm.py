@@ -10,8 +10,8 @@ import timm
 import torch
 
 from dippm_nas.errors import UnknownModelError
+from dippm_nas.frontends._frontend_registry import LoadedModel, register_frontend
 from dippm_nas.frontends._module import load_module
-from dippm_nas.frontends._registry import LoadedModel, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 from dippm_nas.model_names import not_a_model, remember_timm_names
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 import torch
 
 from dippm_nas.errors import InputSpecError, ModelLoadError, suggest
+from dippm_nas.frontends._frontend_registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.frontends._module import load_module
-from dippm_nas.frontends._registry import LoadedModel, import_extra, register_frontend
 from dippm_nas.inputs import InputSpec, TensorSpec
 
 DEFAULT_SEQUENCE_LENGTH = 128

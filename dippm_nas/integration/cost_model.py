@@ -10,7 +10,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache.store import GraphCache
 from dippm_nas.cost.base import Prediction
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.graph.model_graph import ModelGraph

@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dippm_nas.cache import CacheFault, GraphCache
+from dippm_nas.cache.store import CacheFault, GraphCache
 from dippm_nas.cost.table import NodeTable, keep_table, node_table
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version

@@ -36,7 +36,7 @@ import torch
 from dippm_nas.measure.config import MeasureConfig, read_manifest
 from dippm_nas.measure.environment import describe, utc_now
 from dippm_nas.measure.gpu_state import nvml
-from dippm_nas.measure.host import measure_host_cost
+from dippm_nas.measure.host_cost import measure_host_cost
 from dippm_nas.measure.manifest import records_manifest
 from dippm_nas.measure.runner import COLUMNS, append_rows, measured_keys, run
 from dippm_nas.measure.sweep import run_sweep

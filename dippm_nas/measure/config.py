@@ -6,7 +6,7 @@ import csv
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from dippm_nas.measure.precision import PRECISIONS
+from dippm_nas.measure.precision_modes import PRECISIONS
 
 __all__ = ["PRECISIONS", "MeasureConfig", "read_manifest", "write_manifest"]
 
@@ -16,7 +16,7 @@ class MeasureConfig:
     """What to run: a model (timm name or ``module:factory``), its input, batch and precision.
 
     ``input_shape`` leaves the batch out; ``precision`` is one of ``PRECISIONS`` (those of
-    ``dippm_nas.measure.precision``: the harness runs each as PyTorch does, TF32 flags, autocast, or the model
+    ``dippm_nas.measure.precision_modes``: the harness runs each as PyTorch does, TF32 flags, autocast, or the model
     cast to half).
 
     >>> cfg = MeasureConfig("resnet18", batch=8, precision="fp16")

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from dippm_nas.measure import gpu_state, host, timing
+from dippm_nas.measure import gpu_state, host_cost, timing
 from dippm_nas.measure.gpu_state import nvml
 
 #: How a latency row is measured, written in every row. v2 against v1: precisions run under their
@@ -37,9 +37,9 @@ PROTOCOL = (
     "CUDA, read after the timed windows with the allocator's cache kept (its peak); memory_total = CUDA context + "
     "peak reserved from the resident model onwards (as v1); latency_ms_cuda_graphs = the forward captured as a "
     "CUDA graph (static input, captured after eager warm-up), same warm-up and window, median; host_us_per_op = "
-    f"once per run, host time to issue a chain of {host.CHAIN} tiny eager operators (add, relu, conv1x1, matmul, "
-    f"layer_norm, view) / chain length, median of {host.REPEATS} chains (>= {host.MIN_REPEATS}, fewer past "
-    f"{host.KIND_CAP_S:g} s), mean over kinds, fp32 and fp16 autocast, one intra-op thread; GPU time per operator "
+    f"once per run, host time to issue a chain of {host_cost.CHAIN} tiny eager operators (add, relu, conv1x1, matmul, "
+    f"layer_norm, view) / chain length, median of {host_cost.REPEATS} chains (>= {host_cost.MIN_REPEATS}, fewer past "
+    f"{host_cost.KIND_CAP_S:g} s), mean over kinds, fp32 and fp16 autocast, one intra-op thread; GPU time per operator "
     "from the chain replayed as a CUDA graph, in host_profile")
 
 

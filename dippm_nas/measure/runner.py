@@ -36,8 +36,8 @@ from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.energy import EnergyMeter
 from dippm_nas.measure.environment import PROTOCOL, Environment, describe, utc_now
 from dippm_nas.measure.gpu_state import GpuProbe, cuda_load_sampler, settle_clocks
-from dippm_nas.measure.host import HostCost, measure_host_cost
-from dippm_nas.measure.precision import precision_mode, running_in
+from dippm_nas.measure.host_cost import HostCost, measure_host_cost
+from dippm_nas.measure.precision_modes import precision_mode, running_in
 from dippm_nas.measure.timing import (
     Timer,
     Timing,

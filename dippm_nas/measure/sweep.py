@@ -4,7 +4,7 @@ A whole-model row says how long a network took, not which of its operators took 
 cost model needs each operator timed alone over the shapes real networks give it. A sweep draws a
 seeded, stratified sample of shapes for the operators that dominate real models (GEMMs, convolutions,
 attention, normalisations, elementwise, reductions, pooling), runs every shape at every precision of
-:data:`~dippm_nas.measure.precision.PRECISIONS` and appends one row per point with its FLOPs, bytes
+:data:`~dippm_nas.measure.precision_modes.PRECISIONS` and appends one row per point with its FLOPs, bytes
 and provenance. Each point allocates its inputs once, builds no model and synchronises once, so
 that a minute of GPU time is meant to buy thousands of timings.
 
@@ -32,7 +32,7 @@ import torch
 
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.measure.environment import describe, utc_now
-from dippm_nas.measure.precision import PRECISION_MODES, PRECISIONS, running_in
+from dippm_nas.measure.precision_modes import PRECISION_MODES, PRECISIONS, running_in
 from dippm_nas.measure.runner import append_rows, measured_keys
 from dippm_nas.measure.sweep_operators import KINDS, OperatorKind, Step
 from dippm_nas.measure.sweep_timing import (

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache.store import GraphCache
 from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.features import edge_index, node_feature_matrix

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from dippm_nas.cache import STORE_GRAPH, GraphCache
+from dippm_nas.cache.store import STORE_GRAPH, GraphCache
 from dippm_nas.errors import one_line
 from dippm_nas.graph.serialize import graph_to_bytes
 from dippm_nas.training.paths import project

@@ -8,7 +8,7 @@ A seeded sample of each space's candidates is predicted on each GPU and batch:
 - **zero-shot**: by the default (the operator model), the analytical model and PMGNS; MAPE, Spearman's rho and
   Kendall's tau against the measured latencies, FLOPs' Spearman beside (a proxy that knows no GPU). Nothing the
   project ships learns from HELP's data, so every GPU is one no model saw;
-- **calibrated**: ``dippm-nas calibrate``'s fit (:func:`dippm_nas.training.calibrate.calibrate`) on ten candidates
+- **calibrated**: ``dippm-nas calibrate``'s fit (:func:`dippm_nas.training.calibration_fit.calibrate`) on ten candidates
   drawn at random, then the other candidates predicted with it: MAPE and Spearman, the mean and the worst of
   five draws. The user's path: measure ten candidates of the space on the GPU, calibrate, search.
 """
@@ -93,7 +93,7 @@ def evaluate_nas(candidates: list[Measured], progress: Callable[[str], None] = p
     import dippm_nas
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.integration import HardwareCostModel
-    from dippm_nas.training.calibrate import MeasuredRow, calibrate
+    from dippm_nas.training.calibration_fit import MeasuredRow, calibrate
 
     featurizer = HardwareCostModel(batch=1, cost_model="analytical")
     graphs = {}

@@ -16,7 +16,7 @@ from dippm_nas.cost.calibration import load_calibration
 from dippm_nas.errors import DippmError, UnknownModelError
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.integration import HardwareCostModel
-from dippm_nas.training.calibrate import MeasuredRow, calibrate, read_rows
+from dippm_nas.training.calibration_fit import MeasuredRow, calibrate, read_rows
 from dippm_nas.training.dataset import load_graphs
 from dippm_nas.training.records import graph_key
 
@@ -265,7 +265,7 @@ def test_the_rows_choose_how_many_scales_they_can_tell():
     import numpy as np
 
     from dippm_nas.cost.operator_cost import LatencyParts
-    from dippm_nas.training.calibrate import FITS, fit_chosen, scaled_latency_ms
+    from dippm_nas.training.calibration_fit import FITS, fit_chosen, scaled_latency_ms
 
     rng = np.random.default_rng(0)
     parts = [LatencyParts(rng.uniform(0, 1e-3, 40) * share, rng.uniform(0, 1e-3, 40) * (1 - share),
@@ -284,7 +284,7 @@ def test_the_rows_choose_the_memory_fit_they_can_tell():
     allocator fit that, and the left-out predictions meet them."""
     import numpy as np
 
-    from dippm_nas.training.calibrate import fit_memories, memory_mib
+    from dippm_nas.training.calibration_fit import fit_memories, memory_mib
 
     rng = np.random.default_rng(0)
     terms = np.stack([np.full(10, 695.0), rng.uniform(10, 500, 10), rng.uniform(50, 8000, 10)], axis=1)

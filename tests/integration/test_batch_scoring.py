@@ -11,7 +11,7 @@ import numpy as np
 import optuna
 import pytest
 
-from dippm_nas.cache import CacheFault, GraphCache
+from dippm_nas.cache.store import CacheFault, GraphCache
 from dippm_nas.cli import main as cli
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.errors import DippmError

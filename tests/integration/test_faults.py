@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dippm_nas.cache import CacheFault, GraphCache
+from dippm_nas.cache.store import CacheFault, GraphCache
 from dippm_nas.integration import HardwareCostModel, HardwareObjective, SearchStopped
 from search_spaces import get_search_space
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dippm_nas.cache import GraphCache
+from dippm_nas.cache.store import GraphCache
 from dippm_nas.graph.serialize import graph_from_bytes
 from dippm_nas.integration import HardwareCostModel
 from search_spaces import get_search_space

@@ -64,10 +64,10 @@ def test_simulated_out_of_memory_is_a_result(tmp_path):
 def test_budget_stops_cleanly(tmp_path, monkeypatch):
     import timm  # noqa: F401  (imported by the run's setup, which the budget counts; not what this test times)
 
-    from dippm_nas.measure import host, runner
+    from dippm_nas.measure import host_cost, runner
 
     # the run's host cost, which the budget counts too, kept short: the budget is what this test checks
-    monkeypatch.setattr(runner, "measure_host_cost", lambda kind: host.measure_host_cost(kind, chain=5, repeats=1))
+    monkeypatch.setattr(runner, "measure_host_cost", lambda kind: host_cost.measure_host_cost(kind, chain=5, repeats=1))
     out = tmp_path / "m.csv"
     measured = run(_configs(4), out, device_kind="cpu", budget_s=1.5, progress=lambda _: None)
     assert 1 <= measured < 4 and len(_rows(out)) == measured

@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from dippm_nas.measure import COLUMNS, MeasureConfig, host, run, runner, timing
+from dippm_nas.measure import COLUMNS, MeasureConfig, host_cost, run, runner, timing
 from dippm_nas.measure.gpu_state import DEVICE_METHOD, PROCESS_METHOD, GpuProbe, Settling, settle_clocks
-from dippm_nas.measure.precision import PRECISION_MODES, PRECISIONS
+from dippm_nas.measure.precision_modes import PRECISION_MODES, PRECISIONS
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -35,7 +35,7 @@ def _factories_importable(monkeypatch):
 def fast_protocol(monkeypatch):
     """The protocol with a short timed window and a short host chain: these tests check the columns."""
     monkeypatch.setattr(timing, "MIN_TIMED_S", 0.0)
-    monkeypatch.setattr(runner, "measure_host_cost", lambda kind: host.measure_host_cost(kind, chain=5, repeats=2))
+    monkeypatch.setattr(runner, "measure_host_cost", lambda kind: host_cost.measure_host_cost(kind, chain=5, repeats=2))
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -334,10 +334,10 @@ def test_a_failed_configuration_records_its_precisions_flags(tmp_path, fast_prot
 
 
 def test_host_cost_on_the_cpu_has_every_kind_and_precision():
-    cost = host.measure_host_cost("cpu", chain=10, repeats=3)
+    cost = host_cost.measure_host_cost("cpu", chain=10, repeats=3)
     kinds = {"add", "relu", "conv1x1", "matmul", "layer_norm", "view"}
-    assert set(cost.host_us) == set(host.HOST_PRECISIONS) == {"fp32", "fp16"}
-    for precision in host.HOST_PRECISIONS:
+    assert set(cost.host_us) == set(host_cost.HOST_PRECISIONS) == {"fp32", "fp16"}
+    for precision in host_cost.HOST_PRECISIONS:
         assert set(cost.host_us[precision]) == kinds and all(v > 0 for v in cost.host_us[precision].values())
         assert set(cost.gpu_us[precision].values()) == {0.0}  # no GPU side on the CPU
     assert cost.us_per_op == pytest.approx(sum(cost.host_us["fp32"].values()) / len(kinds))
@@ -397,7 +397,8 @@ HARNESS_MAY_IMPORT = ("dippm_nas.errors", "dippm_nas.precisions", "dippm_nas.gra
 
 def test_the_harness_imports_nothing_of_the_library():
     code = (f"import sys, dippm_nas; ALLOWED = {HARNESS_MAY_IMPORT!r}; before = set(sys.modules); "
-            "import dippm_nas.measure, dippm_nas.measure.host, dippm_nas.measure.gpu_state, dippm_nas.measure.runner; "
+            "import dippm_nas.measure, dippm_nas.measure.host_cost, dippm_nas.measure.gpu_state, "
+            "dippm_nas.measure.runner; "
             "new = [m for m in set(sys.modules) - before if m.startswith('dippm_nas')]; "
             "bad = [m for m in new if m not in ALLOWED and not m.startswith('dippm_nas.measure')]; "
             "assert not bad, bad; assert 'tvm' not in sys.modules")

@@ -18,7 +18,7 @@ import torch
 from dippm_nas.cli import main
 from dippm_nas.measure import COLUMNS, measured_keys
 from dippm_nas.measure.environment import describe
-from dippm_nas.measure.precision import PRECISIONS
+from dippm_nas.measure.precision_modes import PRECISIONS
 from dippm_nas.measure.sweep import (
     CPU_MAX_FLOPS,
     KINDS,

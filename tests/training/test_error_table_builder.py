@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dippm_nas.cost.error_table import TABLE, load_table
-from dippm_nas.training.error_table import build_error_table, main, write_error_table
+from dippm_nas.training.held_out_errors import build_error_table, main, write_error_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PREDICTIONS = ROOT / "docs" / "accuracy" / "predictions.csv"

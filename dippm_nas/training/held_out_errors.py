@@ -1,7 +1,7 @@
 """Build the error table that predictions cite (:mod:`dippm_nas.cost.error_table`) from an evaluation's
 predictions beside their measurements: ``dippm-nas evaluate`` calls it after writing them, and so does::
 
-    python -m dippm_nas.training.error_table docs/accuracy/predictions.csv
+    python -m dippm_nas.training.held_out_errors docs/accuracy/predictions.csv
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def build_error_table(predictions_csv: str | Path, results_json: str | Path | No
                           **_cell(members)})
     table = {
         "about": "latency MAPE of each cost model on held-out test records; written by "
-                 "dippm_nas.training.error_table from an evaluation's predictions.csv and a leave-one-GPU-out "
+                 "dippm_nas.training.held_out_errors from an evaluation's predictions.csv and a leave-one-GPU-out "
                  "run's transfer_predictions.csv",
         "source": path.name, "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "transfer_source": Path(transfer_csv).name if transfer_csv is not None else None,
@@ -134,7 +134,7 @@ def write_error_table(predictions_csv: str | Path, results_json: str | Path | No
 
     ``results_json`` and ``transfer_csv`` default to the ``results.json`` and ``transfer_predictions.csv``
     beside ``predictions_csv`` where they exist. The evaluation calls this after writing its predictions;
-    so does ``python -m dippm_nas.training.error_table``.
+    so does ``python -m dippm_nas.training.held_out_errors``.
     """
     beside = Path(predictions_csv).parent
     if results_json is None and (beside / "results.json").exists():
@@ -150,8 +150,8 @@ def write_error_table(predictions_csv: str | Path, results_json: str | Path | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dippm_nas.training.error_table PREDICTIONS_CSV [--results JSON] [--out JSON]``."""
-    parser = argparse.ArgumentParser(prog="python -m dippm_nas.training.error_table",
+    """``python -m dippm_nas.training.held_out_errors PREDICTIONS_CSV [--results JSON] [--out JSON]``."""
+    parser = argparse.ArgumentParser(prog="python -m dippm_nas.training.held_out_errors",
                                      description="Condense an evaluation's predictions.csv into the shipped "
                                                  "error table that predictions cite.")
     parser.add_argument("predictions", help="the evaluation's predictions.csv (docs/accuracy/predictions.csv)")

@@ -3,7 +3,7 @@
 Exporting a model (torch.export, then TVM Relax) takes seconds and needs TVM; reading its graph back
 takes milliseconds and needs neither. :func:`cached_graph` keeps every graph that
 :func:`dippm_nas.predict` and the ``dippm-nas predict`` and ``mig`` commands build in one SQLite file
-(:class:`~dippm_nas.cache.GraphCache`, WAL: several processes read and write it at once) under
+(:class:`~dippm_nas.cache.store.GraphCache`, WAL: several processes read and write it at once) under
 
 - ``$DIPPM_NAS_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/dippm-nas``, else ``~/.cache/dippm-nas``;
 - nowhere when ``DIPPM_NAS_NO_CACHE=1``.
@@ -46,8 +46,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dippm_nas._cache_location import CACHE_DIR_ENV, NO_CACHE_ENV, cache_dir
-from dippm_nas.cache import CacheFault, GraphCache
+from dippm_nas.cache.location import CACHE_DIR_ENV, NO_CACHE_ENV, cache_dir
+from dippm_nas.cache.store import CacheFault, GraphCache
 from dippm_nas.errors import DippmWarning
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
@@ -55,7 +55,7 @@ from dippm_nas.inputs import InputLike, normalize_inputs
 from dippm_nas.model_names import FACTORY_PATTERN
 
 CACHE_FILE = "graphs.sqlite"
-#: The kind of the keys (:class:`~dippm_nas.cache.GraphCache` counts hits by kind).
+#: The kind of the keys (:class:`~dippm_nas.cache.store.GraphCache` counts hits by kind).
 KIND = "model"
 #: Frameworks whose version changes the graph a model exports to (distribution names).
 FRAMEWORKS = ("torch", "timm", "apache-tvm", "onnx", "onnxscript", "transformers", "tensorflow", "tf2onnx",
@@ -70,7 +70,7 @@ _STORES: dict[Path, GraphCache | None] = {}
 
 
 def disk_cache() -> GraphCache | None:
-    """The process's :class:`~dippm_nas.cache.GraphCache` on :func:`cache_dir`, or None where there is none
+    """The process's :class:`~dippm_nas.cache.store.GraphCache` on :func:`cache_dir`, or None where there is none
     or it cannot be opened (said once: every model is then built from scratch, several times slower)."""
     directory = cache_dir()
     if directory is None:
@@ -90,7 +90,7 @@ def disk_cache() -> GraphCache | None:
 @cache
 def _code_digest() -> str:
     """A digest of the source that turns a model into a graph: a change there builds every graph again."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # dippm_nas
     files = sorted([*(package / "frontends").glob("*.py"), *(package / "graph").glob("*.py"),
                     package / "relax_contract.py", package / "inputs.py"])
     digest = hashlib.sha256()

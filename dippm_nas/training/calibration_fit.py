@@ -480,8 +480,8 @@ def _fit_rows_memory(used: Sequence[MeasuredRow], terms: np.ndarray, say: Callab
 
 def _graph_of(row: MeasuredRow):
     """The row's model at its batch, as ``predict`` builds it (through the disk cache of graphs)."""
-    from dippm_nas._model_cache import cached_graph
     from dippm_nas._predict import build_graph
+    from dippm_nas.cache.models import cached_graph
 
     inputs = (3, row.input_size, row.input_size) if row.input_size and not row.model.startswith("hf:") else None
     return cached_graph(row.model, inputs, row.batch, build_graph)

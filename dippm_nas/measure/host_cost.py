@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from dippm_nas.errors import one_line
-from dippm_nas.measure.precision import running_in
+from dippm_nas.measure.precision_modes import running_in
 from dippm_nas.measure.timing import capture_cuda_graph
 
 #: Operators per chain: long enough that the clock's resolution and the loop's entry vanish, short
