@@ -114,6 +114,17 @@ class Candidate:
             return nn.Sequential(*[b.build() for b in self.blocks])
 
 
+@dataclass(frozen=True)
+class _Chooser:
+    """What :meth:`SearchSpace.sample` asks of an Optuna trial, answered by ``choose(name, choices)``: how a
+    space is asked for its extremes, a random candidate or one written as text."""
+
+    choose: Callable[[str, list[Any]], Any]
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        return self.choose(name, choices)
+
+
 class SearchSpace(ABC):
     """Turns an Optuna trial (or a stored architecture dict) into a :class:`Candidate`."""
 
@@ -173,25 +184,19 @@ class SearchSpace(ABC):
     def from_text(self, text: str) -> Candidate:
         """The candidate whose :meth:`arch_text` is ``text``, each parameter asked as :meth:`sample` asks it; a
         parameter it asks and the text lacks is a DippmError that names it."""
-        arch, space = self.arch_of_text(text), self.name
+        arch = self.arch_of_text(text)
 
-        class _Given:
-            def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-                if name not in arch:
-                    raise DippmError(f"{space}: the architecture {text!r} gives no {name} (one of "
-                                     f"{', '.join(map(str, choices))}).")
-                return arch[name]
+        def given(name: str, choices: list[Any]) -> Any:
+            if name not in arch:
+                raise DippmError(f"{self.name}: the architecture {text!r} gives no {name} (one of "
+                                 f"{', '.join(map(str, choices))}).")
+            return arch[name]
 
-        return self.sample(_Given())
+        return self.sample(_Chooser(given))
 
     def random(self, rng: random.Random) -> Candidate:
         """A candidate of uniformly drawn choices, each parameter asked as :meth:`sample` asks it."""
-
-        class _Draw:
-            def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-                return rng.choice(choices)
-
-        return self.sample(_Draw())
+        return self.sample(_Chooser(lambda name, choices: rng.choice(choices)))
 
     def check_names(self, arch: Mapping[str, Any]) -> None:
         """Raise DippmError for a parameter the space does not have, or a value not among its choices."""
@@ -215,12 +220,7 @@ class SearchSpace(ABC):
         >>> space.extreme().arch["resolution"], space.extreme(largest=True).arch["depth_0"]
         (128, 4)
         """
-
-        class _Pick:
-            def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-                return choices[-1 if largest else 0]
-
-        return self.sample(_Pick())
+        return self.sample(_Chooser(lambda name, choices: choices[-1 if largest else 0]))
 
     def distinct_blocks(self) -> list[BlockSpec]:
         """Every distinct block a candidate of the space can have (``fixed`` parameters held): what
