@@ -8,15 +8,12 @@ says it in one of these ways, and :func:`dippm_nas.graph.relax_to_graph` reads i
 * how long PyTorch eager keeps a value alive (``EAGER_HOLDS_ATTR``) and which operators eager runs in
   place (``EAGER_INPLACE_ATTR``) are attributes of the ``main`` function.
 
-It is a leaf module (TVM and the graph's tensor type only), so frontends and the graph stage share it
-without importing each other.
+It is a leaf module (TVM only), so frontends and the graph stage share it without importing each other.
 """
 
 from __future__ import annotations
 
 from tvm import relax
-
-from dippm_nas.graph.tensor import Tensor
 
 #: The extern function name of an operator a frontend keeps whole starts with this.
 GENERIC_OP_PREFIX = "dippm.generic."
@@ -36,13 +33,13 @@ def generic_call(name: str, args: list[relax.Expr], out_ty: object,
     return relax.call_dps_packed(func, relax.Tuple(args), out_ty)
 
 
-def tensor_of_type(ty: object) -> Tensor | None:
-    """The Tensor of a Relax tensor type with a known shape, else None (a symbolic dimension raises
+def shape_and_dtype(ty: object) -> tuple[tuple[int, ...], str] | None:
+    """The shape and dtype of a Relax tensor type with a known shape, else None (a symbolic dimension raises
     TypeError: the frontends fix every input shape before a graph is read).
 
-    >>> tensor_of_type(relax.TensorType([1, 768], "float16"))
-    Tensor(shape=(1, 768), dtype='float16')
+    >>> shape_and_dtype(relax.TensorType([1, 768], "float16"))
+    ((1, 768), 'float16')
     """
     if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
-        return Tensor(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
+        return tuple(int(d) for d in ty.shape.values), str(ty.dtype)
     return None

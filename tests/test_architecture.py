@@ -152,6 +152,8 @@ def test_no_import_cycle_inside_the_package():
     if into_cli:
         pytest.fail("the command line is the top layer; nothing below it may import it:\n"
                     + "".join(f"  {line}\n" for line in into_cli), pytrace=False)
+    # the contract between the frontends and the graph stage is a leaf: neither side's modules through it
+    assert not graph["dippm_nas.relax_contract"], f"relax_contract imports {graph['dippm_nas.relax_contract']}"
     into_clients = _client_imports(graph)
     if into_clients:
         pytest.fail("only dippm_nas.training, dippm_nas.measure and dippm_nas.cli may import the clients "

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 
-from dippm_nas.relax_contract import tensor_of_type
+from dippm_nas.relax_contract import shape_and_dtype
 
 Rewriter = Callable[[relax.Expr, dict[DFPattern, relax.Expr]], relax.Expr]
 Rule = Callable[[], tuple[DFPattern, Rewriter]]
@@ -52,10 +52,10 @@ def _is(expr: relax.Expr, value: float) -> bool:
 def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
     """None where the shape is unknown or symbolic: such an expression is left as it is."""
     try:
-        tensor = tensor_of_type(expr.ty)
+        known = shape_and_dtype(expr.ty)
     except TypeError:
         return None
-    return tensor.shape if tensor is not None else None
+    return known[0] if known is not None else None
 
 
 def _mul(a: DFPattern, b: DFPattern) -> DFPattern:

@@ -26,7 +26,13 @@ from tvm import relax
 from dippm_nas.graph import eager_layout, operators
 from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF, Shape, Tensor
-from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, GENERIC_OP_PREFIX, tensor_of_type
+from dippm_nas.relax_contract import EAGER_HOLDS_ATTR, EAGER_INPLACE_ATTR, GENERIC_OP_PREFIX, shape_and_dtype
+
+
+def tensor_of_type(ty: object) -> Tensor | None:
+    """The graph's Tensor of a Relax tensor type with a known shape, else None (:func:`shape_and_dtype`)."""
+    known = shape_and_dtype(ty)
+    return Tensor(*known) if known is not None else None
 
 
 def _is_scalar_constant(expr: relax.Expr) -> bool:
