@@ -266,6 +266,8 @@ FAST = textwrap.dedent("""
     ["predict", "resnet50", "--mig-margin", "50"],
     ["predict", "resnet50", "--top", "-3"],
     ["predict", "resnet50", "--precision", "fp8"],
+    ["predict", "resnet50", "--cost-model", "operater"],
+    ["predict", "resnet50", "--mode", "eagr"],
     ["predict", "resnet50", "--input", "x=3,a"],
     ["predict", "missing.onnx"],
     ["predict", "no_such_module_xyz:build"],
