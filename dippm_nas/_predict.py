@@ -44,9 +44,12 @@ class Request:
 
     @classmethod
     def checked(cls, device: str | Device, precision: str | None, layout: str, mig_margin: float, mode: str,
-                host: str | HostProfile | None, calibration: CalibrationLike = None) -> Request:
+                host: str | HostProfile | None, calibration: CalibrationLike = None, cost_model: str = AUTO
+                ) -> Request:
         """The request, or the DippmError of its first bad argument (each says what to do). A calibration
-        (a file's path, or one loaded) must be of the device's GPU, the precision and the mode."""
+        (a file's path, or one loaded) must be of the device's GPU, the precision and the mode; ``cost_model``
+        is checked here, before any export, and passed on beside the request."""
+        check_cost_model(cost_model)
         gpu = get_device(device)
         if precision is not None:
             precision = check_precision(precision)
@@ -101,8 +104,7 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     of this GPU and host: the prediction is the operator model's, calibrated, and its latency error the
     calibration's leave-one-out error. One of another GPU, precision or mode is refused.
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
-    check_cost_model(cost_model)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
     return _predict_checked(graph, request, cost_model)
 
 
@@ -196,8 +198,7 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     >>> p.answered_by, p.mig_profile, 500 < p.memory_mib < 2000, p.fits
     ('operators', '1g.10gb', True, True)
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
-    check_cost_model(cost_model)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
     return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
 
 
@@ -214,8 +215,7 @@ def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: in
     >>> [p.mig_profile for p in predict_many(["resnet18", "resnet50"], batch=8)]
     ['1g.5gb', '1g.5gb']
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
-    check_cost_model(cost_model)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
     out = []
     for i, model in enumerate(tqdm(models, desc="predicting", unit="model", file=sys.stderr, disable=not progress)):
         try:
@@ -285,8 +285,7 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     >>> rows[0].profile, rows[0].fits, rows[0].cost_model, len({r.cost_model for r in rows})
     ('1g.10gb', True, 'operators', 1)
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
-    check_cost_model(cost_model)
+    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
     gpu = request.gpu.whole_gpu()
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "

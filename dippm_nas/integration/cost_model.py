@@ -51,17 +51,16 @@ class HardwareCostModel:
                  mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None,
                  workers: int | None = None):
         from dippm_nas._predict import Request
-        from dippm_nas.cost.choice import check_cost_model
         from dippm_nas.cost.host import get_host_profile
 
         batch = check_batch(batch)
-        request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration)
+        request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
         self.device, self.precision, self.layout = request.gpu, request.precision, request.layout
         self.mode = request.mode
         self.host = get_host_profile(host).name
         self.calibration = request.calibration
         self.batch = batch
-        self.cost_model = check_cost_model(cost_model)
+        self.cost_model = cost_model
         self.mig_margin = mig_margin
         self.use_cache = use_cache
         store = cache if isinstance(cache, GraphCache) or cache is None else GraphCache(cache)

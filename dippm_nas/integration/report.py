@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from dippm_nas._folders import make_parent
+from dippm_nas._folders import make_folder, make_parent
 from dippm_nas.errors import DippmError
 from dippm_nas.integration.filters import is_feasible, trial_memory_mib
 
@@ -67,7 +67,7 @@ def nothing_to_plot(name: str, trials: list[FrozenTrial]) -> str:
                 "have no dippm-nas prediction (no latency_ms user attribute); run a search with "
                 "HardwareObjective first.")
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
-    infeasible = [t for t in pruned if str(t.user_attrs.get("prune_reason", "")).startswith("infeasible")]
+    infeasible = [t for t in pruned if _pruned_as_infeasible(t)]
     if infeasible and len(pruned) == len(trials):
         broken: dict[str, int] = {}
         for t in infeasible:
@@ -87,6 +87,11 @@ def nothing_to_plot(name: str, trials: list[FrozenTrial]) -> str:
     running = states.count(TrialState.RUNNING) + states.count(TrialState.WAITING)
     return (f"study {name!r} has no completed trial: {len(pruned)} pruned, {failed} failed, {running} running or "
             "waiting; let the search finish, or look at the failed trials' errors in Optuna's log.")
+
+
+def _pruned_as_infeasible(t: FrozenTrial) -> bool:
+    """Whether HardwareObjective pruned ``t`` for breaking a constraint before it was trained."""
+    return t.state == TrialState.PRUNED and str(t.user_attrs.get("prune_reason", "")).startswith("infeasible")
 
 
 def pareto_2d(trials: list[FrozenTrial], cost: str, maximize: bool) -> list[FrozenTrial]:
@@ -181,7 +186,7 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    make_parent(folder / "plot.png", "the plots")
+    make_folder(folder, "the plots")
     out = []
     for cost, label in COSTS.items():
         fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -209,8 +214,7 @@ def _what_grey_means(plotted: list[FrozenTrial], every: list[FrozenTrial]) -> st
     """What the summary says of infeasible trials: grey where some are plotted, else where they went."""
     if any(not is_feasible(t) for t in plotted):
         return "grey points completed but broke a constraint;"
-    pruned = sum(t.state == TrialState.PRUNED and str(t.user_attrs.get("prune_reason", "")).startswith("infeasible")
-                 for t in every)
+    pruned = sum(_pruned_as_infeasible(t) for t in every)
     return f"the {pruned} trials pruned as infeasible before training are not plotted;" if pruned else ""
 
 

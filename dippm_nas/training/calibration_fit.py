@@ -42,6 +42,7 @@ from dippm_nas.modes import EXECUTION_MODES
 from dippm_nas.precisions import DEFAULT_PRECISION
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, harness_memory
+from search_spaces import SEARCH_SPACES
 
 #: The widest factor a scale may take either way: beyond it a row is more likely wrong than the GPU odd.
 LARGEST_SCALE = 8.0
@@ -129,8 +130,6 @@ def _minimal_row(row: dict[str, str], line: int) -> MeasuredRow:
 
 def _harness_row(row: dict[str, str], line: int, mode: str) -> MeasuredRow:
     size = int(row["input_shape"].split("x")[-1])
-    from search_spaces import SEARCH_SPACES
-
     source = row.get("source") or "timm"  # a space's rows name their candidate as space:architecture
     model = f"{source}:{row['model']}" if source in SEARCH_SPACES else row["model"]
     latency = float(row[HARNESS_LATENCY[mode]])
