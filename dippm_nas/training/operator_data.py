@@ -179,8 +179,26 @@ def _corpus_operator(name: str, row: dict[str, str], peaks: dict[str, float]) ->
             "rows": (b, h), "peak": peaks["elementwise"]}
 
 
+def runs_other_kernels(kind: str, precision: str) -> bool:
+    """Whether a sweep point of ``kind`` at ``precision`` timed other kernels than its row describes: under
+    autocast an operator whose registry entry runs in float32 (layer and group norm, softmax, sum) is handed the
+    sweep's half tensor and runs a cast and a float32 kernel, or one kernel that reads half and writes float32,
+    while the row counts half bytes. The graph prices such an operator as its float32 kernel plus autocast's
+    casts, so the model learns its kernel from the same shape's float32 rows instead.
+
+    >>> runs_other_kernels("layer_norm", "fp16"), runs_other_kernels("layer_norm", "fp32")
+    (True, False)
+    >>> runs_other_kernels("layer_norm", "fp16-weights"), runs_other_kernels("gelu", "bf16")
+    (False, False)
+    """
+    entry = operators.operator(kind)
+    return (precision_named(precision).autocast and entry is not None
+            and entry.autocast_policy == operators.AUTOCAST_FLOAT32)
+
+
 def sweep_samples(paths: Iterable[Path]) -> OperatorSamples:
-    """The ``ok`` rows of the harness's sweep files, of GPUs in the registry."""
+    """The ``ok`` rows of the harness's sweep files, of GPUs in the registry, but those that timed other kernels
+    than they describe (:func:`runs_other_kernels`)."""
     rows = _Builder.empty()
     root = project().root
     for path in paths:
@@ -188,7 +206,8 @@ def sweep_samples(paths: Iterable[Path]) -> OperatorSamples:
         with open(path, newline="") as fh:
             for row in csv.DictReader(fh):
                 gpu = GPU_NAMES.get(row["gpu_name"])
-                if row["status"] != "ok" or gpu is None or row["kind"] not in SWEEP_GROUPS:
+                if (row["status"] != "ok" or gpu is None or row["kind"] not in SWEEP_GROUPS
+                        or runs_other_kernels(row["kind"], row["precision"])):
                     continue
                 rows.add(gpu=gpu, operator=row["kind"], protocol="sweep", precision=row["precision"],
                          seconds=float(row["latency_ms_median"]) * 1e-3, source=origin,

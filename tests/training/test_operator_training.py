@@ -42,3 +42,25 @@ def test_no_fold_trains_on_the_gpu_it_holds_out(monkeypatch):
         assert sample_gpus | set(fold) == set(samples.gpu)
     assert operator_training.chip_of("a100-80gb-pcie") == ("a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb")
     assert operator_training.chip_of("h200") == ("h100-sxm", "h200") and operator_training.chip_of("t4") == ("t4",)
+
+
+def test_sweep_points_that_timed_autocast_casts_are_not_learned_from():
+    """Under autocast a layer norm handed the sweep's half tensor runs a cast and a float32 kernel, about twice
+    the float32 row's time for half its bytes: learned as one half kernel, it taught the model that row norms
+    reach a fifth of the bandwidth. Those points are left out; the same shapes' float32 points and the half-
+    weights ones, were any measured (one half kernel), stay."""
+    import csv
+
+    from dippm_nas.training.operator_data import sweep_samples
+    from dippm_nas.training.paths import project
+
+    path = project().measurements / "sweeps" / "nvidia-h100-80gb-hbm3.csv"
+    with open(path, newline="") as fh:
+        swept = {(row["kind"], row["precision"]) for row in csv.DictReader(fh) if row["status"] == "ok"}
+    assert ("layer_norm", "fp16") in swept and ("softmax", "bf16") in swept  # the file holds them
+    kept = sweep_samples([path])
+    pairs = set(zip(kept.operator, kept.precision))
+    for kind in ("layer_norm", "group_norm", "softmax", "sum"):
+        assert (kind, "fp16") not in pairs and (kind, "bf16") not in pairs
+        assert (kind, "fp32") in pairs
+    assert ("gelu", "fp16") in pairs  # autocast runs it in half, as its row says
