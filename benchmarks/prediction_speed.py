@@ -2,8 +2,9 @@
 
 Builds the graphs of a fixed list of timm models first (not timed), then times each cost model's
 ``estimate`` on each, several rounds, and prints the median and 95th percentile per graph, the same with
-every core kept busy, and where the operator model's time goes. Each call gets a fresh copy of
-its graph, so nothing computed in one call is reused by the next.
+every core kept busy, where the operator model's time goes, and the default (``auto``) on a GPU nobody
+measured, where the residual corrects the operator model. Each call gets a fresh copy of its graph, so
+nothing computed in one call is reused by the next.
 
     python benchmarks/prediction_speed.py
 """
@@ -33,15 +34,18 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     from dippm_nas import build_graph
     from dippm_nas.cost import get_cost_model
-    from dippm_nas.cost.choice import DEFAULT_COST_MODEL
+    from dippm_nas.cost.choice import DEFAULT_COST_MODEL, residual_regime
     from dippm_nas.hardware import get_device
 
     device = get_device("rtx4090")
     graphs = [build_graph(m, batch=32) for m in MODELS]
-    models = {name: get_cost_model(name) for name in ("pmgns", "operators", "analytical")}
+    models = {name: get_cost_model(name) for name in ("pmgns", "operators", "residual", "analytical")}
     for model in models.values():
         model.estimate(graphs[0], device, "fp16")  # load the weights once
     timings = _time(graphs, device, models, rounds)
+    unseen = get_device(UNSEEN_GPU)
+    if residual_regime("fp16", 32) is not None:  # where auto answers with the operator model and its residual
+        timings |= _time(graphs, unseen, {"auto": _Auto()}, rounds)
     nodes = statistics.median(len(g.nodes) for g in graphs)
     for name, t in timings.items():
         ordered = sorted(t)
@@ -57,8 +61,28 @@ def main() -> int:
           + ", ".join(f"{k} {v:.2f} ms" for k, v in stages.items()))
     median = statistics.median(timings[DEFAULT_COST_MODEL])
     verdict = "met" if median < BAR_MS else "NOT met"
-    print(f"bar: the default ({DEFAULT_COST_MODEL}) under {BAR_MS:g} ms per graph -> {verdict}")
+    print(f"bar: the default ({DEFAULT_COST_MODEL}, on a GPU it learned from) under {BAR_MS:g} ms per graph "
+          f"-> {verdict}")
+    if "auto" in timings:
+        corrected = statistics.median(timings["auto"])
+        print(f"the default on {UNSEEN_GPU} at fp16, batch 32, where the residual corrects it: median "
+              f"{corrected:.2f} ms -> {'met' if corrected < BAR_MS else 'NOT met'}")
+    else:
+        print("the residual's card turns it on nowhere at fp16, batch 32: auto is the operator model there too")
     return 0 if median < BAR_MS else 1
+
+
+#: A GPU of the registry no operator or record of the data set measured: auto applies the residual there.
+UNSEEN_GPU = "l4"
+
+
+class _Auto:
+    """``auto``'s choice as a cost model: the operator model, and its residual where the card turns it on."""
+
+    def estimate(self, graph, device, precision):
+        from dippm_nas.cost.choice import estimate_with
+
+        return estimate_with(graph, device, precision, "nchw")[0]
 
 
 def _time(graphs, device, models, rounds: int) -> dict[str, list[float]]:

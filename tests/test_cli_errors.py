@@ -114,7 +114,8 @@ BAD_INPUTS = {
                                          "no such journal file"),
     "directory that is not a model": (["predict", "{tmp}/empty_dir"], "is a directory but holds no model"),
     "file of a kind not read": (["predict", "{tmp}/weights.pt"], "of a kind dippm-nas does not read"),
-    "unknown cost model": (["predict", "resnet18", "--cost-model", "roofline"], "auto, analytical, operators, pmgns"),
+    "unknown cost model": (["predict", "resnet18", "--cost-model", "roofline"],
+                           "auto, analytical, operators, residual, pmgns"),
     "unknown device": (["predict", "resnet18", "--device", "a100"], "known devices: a100-40gb"),
     "unknown MIG profile": (["predict", "resnet18", "--device", "a100-40gb:9g.1gb"], "its profiles are"),
     "mig on a GPU without MIG": (["mig", "resnet18", "--device", "rtx4090"], "does not support MIG"),
@@ -201,9 +202,9 @@ def test_cost_model_help_and_error_name_the_registered_models(capsys):
     with pytest.raises(SystemExit):
         main(["predict", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
-    assert "{auto,analytical,operators,pmgns}" in helptext and "(default: auto)" in helptext
+    assert "{auto,analytical,operators,residual,pmgns}" in helptext and "(default: auto)" in helptext
     _, _, err = _run(capsys, ["predict", "resnet18", "--cost-model", "nope"])
-    assert "(choose from auto, analytical, operators, pmgns)" in err.replace("'", "")
+    assert "(choose from auto, analytical, operators, residual, pmgns)" in err.replace("'", "")
 
 
 def test_margin_bound_is_the_documented_one(capsys):

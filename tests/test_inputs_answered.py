@@ -72,8 +72,8 @@ def test_an_unknown_hf_type_says_how_to_list_them(capsys):
 
 
 def test_the_default_model_honours_every_field_of_a_device():
-    """A Device whose values are not its key's row is predicted from its own values, in every regime (the
-    routing card sends fp16 at batch 64 to PMGNS), and a Device of a key no sheet has is predicted too."""
+    """A Device whose values are not its key's row is predicted from its own values, at small and large batches,
+    and a Device of a key no sheet has is predicted too (where the residual's card turns it on, corrected)."""
     graph = dippm_nas.build_graph(SmallCNN(), (3, 64, 64))
     sheet = get_device("rtx3090")
     slow = replace(sheet, memory_bw_gbs=100.0, fp32_tflops=1.0, tf32_tflops=1.0, fp16_tflops=1.0, bf16_tflops=1.0)

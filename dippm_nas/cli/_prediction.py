@@ -51,11 +51,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              "(channels_last) (default: nchw)")
     parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
-                        help="auto (the operator model, PMGNS in the regimes where it erred less with each GPU "
-                             "held out: weights/routing.json; the analytical model where the operator model's "
-                             "weights do not match this version), operators (each kernel learned from its tiles, "
-                             "waves and the spec sheet), analytical (the roofline alone) or pmgns (DIPPM's "
-                             "GraphSAGE correction of the roofline's total) (default: auto)")
+                        help="auto (the operator model; on a GPU it never learned from, corrected by its residual "
+                             "in the regimes where that erred less with each GPU held out: weights/residual.json; "
+                             "the analytical model where the operator model's weights do not match this version), "
+                             "operators (each kernel learned from its tiles, waves and the spec sheet), residual "
+                             "(the operator model with PMGNS's bounded correction, everywhere), analytical (the "
+                             "roofline alone) or pmgns (DIPPM's GraphSAGE correction of the roofline's total) "
+                             "(default: auto)")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")

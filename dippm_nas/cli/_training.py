@@ -201,11 +201,14 @@ def _leave_one_gpu_out(args: argparse.Namespace, config) -> int:
     print(f"report: {write_transfer_report(result, ts, project().docs)}")
     if args.ship:
         _write_error_table()
-        if {"operators", "pmgns"} <= set(models):
-            from dippm_nas.cost.choice import ROUTING
-            from dippm_nas.training.routing import write_routing
+        if {"operators", "residual"} <= set(models):
+            from dippm_nas.training.residual import residual_regimes, ship_residual
 
-            print(f"routing card: {write_routing(result.summary(), ROUTING)}")
+            regimes = residual_regimes(result.summary())
+            for r in regimes:
+                print(f"the residual applies at {r['precision']}, batch {r['batch_min']}-{r['batch_max']} "
+                      f"({', '.join(r['gpus'])})")
+            print(f"residual card: {ship_residual(result.held_out_estimates, regimes, args.seed)}")
     return 0
 
 
@@ -295,14 +298,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            help="epochs for the GNN comparison (the paper compared at 10)")
             t.add_argument("--ship", action="store_true",
                            help="also ship the random split's model, exactly what `train` would write, and "
-                                "rebuild the error table predictions cite (with --leave-one-gpu-out: the table "
-                                "alone, from this run's held-out predictions)")
+                                "rebuild the error table predictions cite (with --leave-one-gpu-out: the table, from "
+                                "this run's held-out predictions, and the residual with the regimes it applies in)")
             t.add_argument("--leave-one-gpu-out", action="store_true",
                            help="instead: hold each GPU out in turn (train without its records, test on all of "
                                 "them) and write docs/transfer.md")
-            t.add_argument("--models", default="analytical,operators,pmgns",
+            t.add_argument("--models", default="analytical,operators,residual,pmgns",
                            help="with --leave-one-gpu-out: the models to score (default: analytical,operators,"
-                                "pmgns; operators and pmgns train once per GPU)")
+                                "residual,pmgns; the operator model trains once per chip, the others once per GPU)")
             t.add_argument("--gpus", default="", help="with --leave-one-gpu-out: only these GPUs, comma-separated")
             t.add_argument("--nas", action="store_true",
                            help="instead: NAS candidates of NAS-Bench-201 and OFA MobileNetV3 against HELP's latencies "

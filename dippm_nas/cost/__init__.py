@@ -1,12 +1,14 @@
 """Cost models: one interface (:class:`CostModel`), registered here by name.
 
 ``analytical`` is the roofline, host queue, allocator replay and power model
-(:mod:`dippm_nas.cost.analytical`); ``pmgns`` is the learned correction to it
-(:mod:`dippm_nas.cost.learned`), loaded only when asked for, since it needs torch and its weights.
+(:mod:`dippm_nas.cost.analytical`); ``operators`` times every kernel from its structure on the GPU
+(:mod:`dippm_nas.cost.operator_cost`); ``residual`` is PMGNS over it, a bounded whole-graph correction
+(:mod:`dippm_nas.cost.residual`); ``pmgns`` is DIPPM's learned correction of the roofline
+(:mod:`dippm_nas.cost.learned`). The learned ones load only when asked for, since they need torch and weights.
 
 >>> from dippm_nas.cost import cost_model_names
 >>> cost_model_names()
-['analytical', 'operators', 'pmgns']
+['analytical', 'operators', 'residual', 'pmgns']
 """
 
 from dippm_nas.cost.analytical import AnalyticalCostModel
@@ -29,6 +31,12 @@ def _operators() -> CostModel:
     return OperatorCostModel()
 
 
+def _residual() -> CostModel:
+    from dippm_nas.cost.residual import ResidualCostModel
+
+    return ResidualCostModel()
+
+
 def _pmgns() -> CostModel:
     from dippm_nas.cost.learned import PMGNSCostModel
 
@@ -37,6 +45,7 @@ def _pmgns() -> CostModel:
 
 register_cost_model("analytical", AnalyticalCostModel)
 register_cost_model("operators", _operators)
+register_cost_model("residual", _residual)
 register_cost_model("pmgns", _pmgns)
 
 __all__ = [

@@ -2,15 +2,15 @@
 
 ``auto`` is the operator model (:mod:`dippm_nas.cost.operator_cost`): every operator's kernel timed from its
 structure on the target GPU and the GPU's spec sheet, learned across GPUs, composed through the host's queue.
-It reads a GPU nobody measured as its spec sheet, so it answers on every GPU and precision. PMGNS, DIPPM's
-whole-graph correction of the roofline, answers instead in the regimes (a precision and a range of batches,
-in eager mode, as the records ran) where, each GPU held out in turn, it erred less than the operator model on
-every held-out GPU with records there: the routing card (``weights/routing.json``,
-:mod:`dippm_nas.training.routing`) lists them, and the prediction's notes say so and what the operator model
-would have said. Where the operator model's shipped
-weights do not match this version's features the analytical model (the roofline, which needs no training)
-answers, with a note that says why. A calibration (``dippm-nas calibrate``) fits the operator model, so a
-calibrated request is the operator model's, calibrated.
+It reads a GPU nobody measured as its spec sheet, so it answers on every GPU and precision. On such a GPU its
+residual (:mod:`dippm_nas.cost.residual`: PMGNS over the operator model, bounded to a factor of two) corrects it
+in the regimes (a precision and a range of batches, in eager mode, as the records ran) where, each GPU held out in
+turn, the corrected model erred less than the operator model alone on every held-out GPU with records there:
+the residual's card lists them (``weights/residual.json``, written by :mod:`dippm_nas.training.residual`), and the
+prediction's notes say so and how far the residual moved it. Where the operator model's shipped weights do not
+match this version's features the analytical model (the roofline, which needs no training) answers, with a note
+that says why. A calibration (``dippm-nas calibrate``) fits the operator model, so a calibrated request is the
+operator model's, calibrated, without the residual.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 from dippm_nas.cost.base import Estimate, NotCovered, cost_model_names, get_cost_model
 from dippm_nas.cost.calibration import CALIBRATED_MODEL, Calibration
 from dippm_nas.cost.card import WEIGHTS
-from dippm_nas.cost.coverage import not_covered
 from dippm_nas.cost.host import HostProfile
 from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
@@ -31,13 +30,13 @@ from dippm_nas.precisions import precision_named
 
 #: What the user asks for to let this module choose.
 AUTO = "auto"
-#: The model ``auto`` answers with, the one it falls back to where that one declines, and the one that answers in
-#: the routing card's regimes.
+#: The model ``auto`` answers with, the one it falls back to where that one declines, and the one that corrects
+#: it in the regimes of its card.
 DEFAULT_COST_MODEL = "operators"
 FALLBACK_COST_MODEL = "analytical"
-LEARNED_COST_MODEL = "pmgns"
-#: The routing card :mod:`dippm_nas.training.routing` writes.
-ROUTING = WEIGHTS / "routing.json"
+RESIDUAL_COST_MODEL = "residual"
+#: The residual's card, whose ``regimes`` say where ``auto`` applies it.
+RESIDUAL_CARD = WEIGHTS / "residual.json"
 
 
 def check_cost_model(name: str) -> str:
@@ -73,28 +72,39 @@ def estimate_with(graph: ModelGraph, gpu: Device, precision: str, layout: str, c
     except NotCovered as reason:
         return get_cost_model(FALLBACK_COST_MODEL).estimate(graph, gpu, precision, layout, **execution), (
             f"{reason}: {FALLBACK_COST_MODEL} (roofline) estimate",)
-    regime = pmgns_regime(precision, graph.batch) if mode == "eager" else None  # the records are eager
-    if regime is None or not_covered(precision) is not None:
+    regime = residual_regime(precision, graph.batch) if mode == "eager" else None  # the records are eager
+    if regime is None or _operator_model_learned(gpu):
         return estimate, ()
-    learned = get_cost_model(LEARNED_COST_MODEL).estimate(graph, gpu, precision, layout, **execution)
-    figures = ", ".join(f"{g} {regime['pmgns_mape'][g]:.0%} against {regime['operators_mape'][g]:.0%}"
+    try:
+        corrected = get_cost_model(RESIDUAL_COST_MODEL).estimate(graph, gpu, precision, layout, **execution)
+    except NotCovered as reason:
+        return estimate, (f"the residual was not applied: {reason}",)
+    figures = ", ".join(f"{g} {regime['residual_mape'][g]:.0%} against {regime['operators_mape'][g]:.0%}"
                         for g in regime["gpus"])
-    return learned, (f"PMGNS answered: at {regime['precision']}, batch {regime['batch_min']}-{regime['batch_max']}, "
-                     f"it erred less than the operator model on every GPU held out of both ({figures}); the operator "
-                     f"model says {estimate.latency_ms:.4g} ms",)
+    return corrected, (f"the residual applies at {regime['precision']}, batch {regime['batch_min']}-"
+                       f"{regime['batch_max']}: with each GPU held out, it erred less than the operator model alone "
+                       f"on every one with records there ({figures})",)
+
+
+def _operator_model_learned(gpu: Device) -> bool:
+    """Whether the operator model learned from ``gpu``'s own measurements: there it answers alone, since the
+    residual learned what it misses on GPUs it never saw."""
+    from dippm_nas.cost.operator_cost import OperatorCostModel
+
+    return gpu.whole_gpu().key in OperatorCostModel().gpus_in_training()
 
 
 @cache
-def _routing(path: Path) -> tuple[dict, ...]:
-    """The regimes of the routing card at ``path``; none without one."""
-    return tuple(json.loads(path.read_text())["pmgns"]) if path.exists() else ()
+def _regimes(path: Path) -> tuple[dict, ...]:
+    """The regimes of the residual card at ``path``; none without one."""
+    return tuple(json.loads(path.read_text()).get("regimes", ())) if path.exists() else ()
 
 
-def pmgns_regime(precision: str, batch: int, path: Path | None = None) -> dict | None:
-    """The routing card's regime that holds a request at ``precision`` and ``batch``, or None where the operator
-    model answers (``path``: a card other than the shipped). A precision no record measured (bf16, half weights)
-    has no regime: nothing showed PMGNS better there.
+def residual_regime(precision: str, batch: int, path: Path | None = None) -> dict | None:
+    """The residual card's regime that holds a request at ``precision`` and ``batch``, or None where the operator
+    model answers alone (``path``: a card other than the shipped). A precision no record measured (bf16, half
+    weights) has no regime: nothing showed the residual helps there.
     """
-    regimes = _routing(path or ROUTING)
+    regimes = _regimes(path or RESIDUAL_CARD)
     return next((r for r in regimes if r["precision"] == precision_named(precision).name
                  and r["batch_min"] <= batch <= r["batch_max"]), None)

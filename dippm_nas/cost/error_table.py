@@ -61,6 +61,10 @@ GROUPS: dict[str, dict[str, object]] = {
                          "family_in_training": None,
                          "description": "records of a GPU held out of the operator model's training, its operators "
                                         "and its records (leave one GPU out)"},
+    "residual/device": {"cost_model": "residual", "splits": ("without *",), "gpu_in_training": False,
+                        "family_in_training": None,
+                        "description": "records of a GPU held out of the residual's training and of the operator "
+                                       "model's under it (leave one GPU out)"},
     "analytical/all": {"cost_model": "analytical", "splits": None, "gpu_in_training": None,
                        "family_in_training": None,
                        "description": "measured test records (every split's, each once; it trains on nothing)"},
@@ -127,7 +131,8 @@ class ErrorFigure:
     @property
     def note(self) -> str:
         """The one line a prediction's notes carry."""
-        name = {"pmgns": "PMGNS", "operators": "the operator model"}.get(self.cost_model, "the analytical model")
+        name = {"pmgns": "PMGNS", "operators": "the operator model",
+                "residual": "the operator model with its residual"}.get(self.cost_model, "the analytical model")
         line = f"latency error: {name}'s MAPE was {self.mape:.1%} (median {self.median_ape:.1%}) on {self.basis}"
         if self.widened:
             line += "; " + "; ".join(self.widened)
@@ -145,8 +150,8 @@ class ErrorFigure:
 
 
 def _group_for(cost_model: str, family_in_training: bool | None, gpu_in_training: bool) -> str:
-    if cost_model == "operators":  # its figures are of GPUs held out, whether or not it saw the request's
-        return "operators/device"
+    if cost_model in ("operators", "residual"):  # their figures are of GPUs held out, whether or not they saw it
+        return f"{cost_model}/device"
     if cost_model != "pmgns":
         return "analytical/all"
     if not gpu_in_training:

@@ -33,8 +33,8 @@ from dippm_nas.cost.coverage import no_weights, not_covered, raw_card, read_as, 
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
 from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, get_host_profile
-from dippm_nas.cost.learned_inputs import RecordInputs, record_inputs
-from dippm_nas.cost.pmgns import FUSED_PREFIX, PMGNS, TARGETS, FusedSage, log_latency
+from dippm_nas.cost.learned_inputs import RecordInputs, Timing, record_inputs
+from dippm_nas.cost.pmgns import FUSED_PREFIX, MAX_LOG_RATIO, PMGNS, TARGETS, FusedSage, log_latency
 from dippm_nas.cost.table import node_table
 from dippm_nas.cost.threads import one_thread
 from dippm_nas.graph import operators
@@ -50,7 +50,8 @@ def load(path: Path = WEIGHTS / "pmgns") -> tuple[tuple[PMGNS, ...], Card]:
     """The ensemble's networks and the card."""
     card = load_card(path)
     members = torch.nn.ModuleList([PMGNS(card.raw["node_dim"], len(card.static_features), conv=card.config["conv"],
-                                         hidden=card.config["hidden"]) for _ in range(card.raw["members"])])
+                                         hidden=card.config["hidden"], bound=_bound(card))
+                                   for _ in range(card.raw["members"])])
     members.load_state_dict(load_weights(path))
     members.eval()
     return tuple(members), card
@@ -84,8 +85,13 @@ def _fused(path: Path) -> FusedSage | None:
               if k.startswith(FUSED_PREFIX)}
     if not stored:
         return None
-    scaling = load_card(path).node_scaling
-    return FusedSage.from_state(stored, scaling.columns(slice(one_hot_width(), None)))
+    card = load_card(path)
+    return FusedSage.from_state(stored, card.node_scaling.columns(slice(one_hot_width(), None)), _bound(card))
+
+
+def _bound(card: Card) -> float:
+    """The bound of the corrections the card's networks give (a card written before it had one: PMGNS's)."""
+    return float(card.config.get("bound", MAX_LOG_RATIO))
 
 
 @cache
@@ -111,6 +117,8 @@ class PMGNSCostModel:
     """
 
     name = "pmgns"
+    #: How the estimate it corrects times each operator: None, the analytical roofline.
+    timing: Timing | None = None
 
     def __init__(self, path: Path = WEIGHTS / "pmgns"):
         self.path = path
@@ -173,7 +181,7 @@ class PMGNSCostModel:
         # the Device itself, not its key: a user's Device whose values differ from its key's row is read as given
         request = {"batch": graph.batch, "device": gpu, "precision": read_precision, "layout": layout,
                    "torch": self.card.runtime(gpu.key)}
-        inputs = record_inputs(node_table(read_graph), request, self.analytical)
+        inputs = record_inputs(node_table(read_graph), request, self.analytical, self.timing)
         with torch.inference_mode(), one_thread():
             out = self._correction(read_graph, inputs)  # [members, targets]
             execution = {"mode": check_mode(mode), "host": host}
@@ -181,7 +189,7 @@ class PMGNSCostModel:
                     or get_host_profile(host).name != DEFAULT_HOST):
                 # the correction of the request as measured, on the request's own roofline and queue
                 inputs = record_inputs(table, request | {"device": device, "precision": precision} | execution,
-                                       self.analytical)
+                                       self.analytical, self.timing)
             curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
             latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean
         analytical = inputs.estimate
@@ -194,7 +202,7 @@ class PMGNSCostModel:
         energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
         memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
         seen_gpu = gpu.key in self.card.devices
-        error = lookup("pmgns", device, precision, graph.batch,
+        error = lookup(self.name, device, precision, graph.batch,
                        family_in_training=graph.family in self.card.families, gpu_in_training=seen_gpu)
         read_notes = (f"MIG slice {device.slice_of}: no slice was measured; PMGNS's correction of the whole "
                       f"{gpu.key} is applied to the slice's roofline (its SMs and share of memory bandwidth)",
@@ -206,14 +214,22 @@ class PMGNSCostModel:
         if read_precision != precision:
             read_notes += (f"no {precision} record was in PMGNS's training data: its correction of the request at "
                            f"{read_precision} is applied to the {precision} roofline",)
-        return Estimate(
+        estimate = Estimate(
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
-            memory=analytical.memory, cost_model=_learned_label(learned), answered_by=self.name,
+            memory=analytical.memory, cost_model=f"{self.name} ({_learned_label(learned)})", answered_by=self.name,
             notes=coverage_notes(self.card, graph.family, graph.batch, error) + read_notes
             + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host,
                                precision_named(precision).autocast),
             error=error,
         )
+        gpu_ratio = math.exp(float(out[:, 0].mean()))
+        return self.finished(estimate, analytical.latency_ms, gpu_ratio, graph, device, precision, layout, execution)
+
+    def finished(self, estimate: Estimate, base_ms: float, gpu_ratio: float, graph: ModelGraph, device: Device,
+                 precision: str, layout: str, execution: dict) -> Estimate:
+        """The estimate as answered, from the corrected one, the base's latency ``base_ms`` and the correction of
+        the GPU's time ``gpu_ratio``: PMGNS's as it is (it corrects the total only, and times no operator)."""
+        return estimate
 
     def _correction(self, graph: ModelGraph, inputs: RecordInputs) -> torch.Tensor:
         """Each member's log-ratios for one configuration of ``graph``, ``[members, targets]``; GraphSAGE
@@ -246,7 +262,7 @@ def _as_read(graph: ModelGraph, precision: str, read_precision: str) -> ModelGra
 def _learned_label(learned: list[str]) -> str:
     energy = "energy learned" if "energy_j" in learned else "energy = analytical power x learned time"
     memory = "memory learned" if "memory_mb" in learned else "memory analytical"
-    return f"pmgns (latency learned; {energy}; {memory})"
+    return f"latency learned; {energy}; {memory}"
 
 
 #: A batch smaller (larger) than all but this share of the training records' is flagged as far from the data.

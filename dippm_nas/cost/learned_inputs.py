@@ -1,6 +1,7 @@
 """What the learned model reads of one configuration besides its graph's node features: the static
-features (graph, batch, device spec sheet, precision, runtime), the analytical estimate, each operator's
-share of its time, and the latency curve the GPU-time correction is read from.
+features (graph, batch, device spec sheet, precision, runtime), the estimate it corrects (its base: the
+analytical model's, or for the residual the operator model's), each operator's share of that estimate's
+time, and the latency curve the GPU-time correction is read from.
 
 A training record and a prediction request go through the same function, so the features a network
 was trained on are the features it is asked about.
@@ -9,11 +10,12 @@ was trained on are the features it is asked about.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, torch_release
+from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, Roofline, torch_release
 from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.features import static_features
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
@@ -22,6 +24,10 @@ from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
 
 #: The bounds that take time (a view, "free", takes none).
 TIME_SHARES = tuple(b for b in BOUNDS if b != "free")
+
+#: Each operator's GPU seconds in place of the roofline's (table, roofline, device, precision): how a base other
+#: than the analytical model times them (the operator model's ``OperatorCostModel.operator_seconds``).
+Timing = Callable[[NodeTable, Roofline, Device, str], np.ndarray]
 
 
 #: The precisions with a one-hot column of their own: the network reads a model of half weights as its
@@ -53,21 +59,25 @@ class RecordInputs:
     """What PMGNS reads of one configuration besides its graph's node features."""
 
     features: dict[str, float]  # static features by name
-    estimate: Estimate  # the analytical model's (without per-operator costs)
-    time_share: np.ndarray  # each operator's share of the analytical latency, in graph order
+    estimate: Estimate  # the base model's (without per-operator costs)
+    time_share: np.ndarray  # each operator's share of the base's latency, in graph order
     latency_curve: np.ndarray  # log-latency (ms) at LATENCY_CURVE_LOG_RATIOS of the GPU time
 
 
-def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel) -> RecordInputs:
+def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCostModel,
+                  timing: Timing | None = None) -> RecordInputs:
     """``table`` is the graph's at the configuration's batch; ``record_like`` needs batch, device (a key or a
     :class:`~dippm_nas.hardware.registry.Device`), precision, layout and torch: a Record or a prediction request
     alike. It may also name an execution ``mode`` and ``host`` profile (:mod:`dippm_nas.cost.host`); every
-    record was measured eager on its harness's host, the default."""
+    record was measured eager on its harness's host, the default. With ``timing`` the operators' GPU times are
+    its, composed through the same queue: the base is that model's estimate, not the analytical one."""
     device = get_device(record_like["device"])
     precision = record_like["precision"]
     release = torch_release(record_like["torch"])
     mode, host = record_like.get("mode", "eager"), record_like.get("host")
     roofline = analytical.roofline(table, device, precision, record_like["layout"], release, mode=mode, host=host)
+    if timing is not None:
+        roofline = replace(roofline, time_s=timing(table, roofline, device, precision))
     estimate = analytical.summarize(table, roofline, device, precision, release=release, host=host)
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
              for k, v in static_features(table).items()}

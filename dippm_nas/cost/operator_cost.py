@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -109,6 +110,11 @@ def core_and_floor(columns: KernelColumns, roofline: Roofline, device: Device) -
     return core, floor
 
 
+#: Per node table (kept while its graph lives), the operator model's kernel seconds by loaded weights, device,
+#: precision and peaks: the residual reads the operator model's times more than once for one prediction.
+_KERNEL_SECONDS: WeakKeyDictionary[NodeTable, dict[tuple, tuple[object, np.ndarray]]] = WeakKeyDictionary()
+
+
 class OperatorCostModel:
     """The analytical estimate with each operator's kernel timed by the learned operator model at ``path``.
 
@@ -133,6 +139,13 @@ class OperatorCostModel:
         (from its card alone: no torch)."""
         return operator_model_mismatch(self.path)
 
+    def gpus_in_training(self) -> frozenset[str]:
+        """The GPUs whose operators or whole-model records the model learned from."""
+        from dippm_nas.cost.operator_model import load
+
+        card = load(self.path).card
+        return frozenset(card["trained_on"]) | frozenset(card.get("records", ()))
+
     def operator_seconds(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
                          calibration: Calibration | None = None) -> np.ndarray:
         """Each operator's GPU seconds: the roofline's time beyond its core, plus the kernel's learned time;
@@ -148,9 +161,15 @@ class OperatorCostModel:
 
         columns = kernel_columns(table, roofline.peak, device, precision)
         core, floor = core_and_floor(columns, roofline, device)
-        run = np.flatnonzero(~table.is_view)
-        learned = np.zeros(len(table))
-        learned[run] = load(self.path).seconds(columns.take(run), device)
+        model = load(self.path)
+        key = (id(model), device, precision, roofline.peak.tobytes())
+        known = _KERNEL_SECONDS.setdefault(table, {}).get(key)
+        if known is None:  # the network runs once per graph and request, however many estimates read it
+            run = np.flatnonzero(~table.is_view)
+            learned = np.zeros(len(table))
+            learned[run] = model.seconds(columns.take(run), device)
+            known = _KERNEL_SECONDS[table][key] = (model, learned)  # the model kept: its id is not reused
+        learned = known[1]
         seconds = np.where(table.is_view, 0.0, np.maximum(np.maximum(roofline.time_s - core, 0.0) + learned, floor))
         return seconds, np.isin(columns.group, [GROUPS.index(g) for g in GEMM_GROUPS])
 

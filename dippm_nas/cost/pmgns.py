@@ -30,6 +30,7 @@ The time-weighted read-out, next to the mean and max, was chosen on the family s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,10 @@ LAYER_NORM_EPS = 1e-5
 #: The correction is bounded: at most a factor e^4 (about 55) either way from the analytical model,
 #: so a model far outside the training data cannot be predicted absurdly.
 MAX_LOG_RATIO = 4.0
+#: The residual of the operator model (the same network over the operator model's estimate) is bounded
+#: tighter: at most a factor of two either way. The operator model times every kernel from its structure;
+#: a whole graph it misses by more than that is a fault of its physics, to be mended there, not hidden here.
+RESIDUAL_LOG_RATIO = math.log(2.0)
 #: The latency correction scales the GPU time of every operator, not the host's time to issue them
 #: (:func:`dippm_nas.cost.analytical.queued_latency`): where the GPU waits on the host (eager PyTorch at
 #: small batches) no efficiency of kernels changes the latency. Each record carries its log-latency
@@ -96,13 +101,15 @@ class PMGNS(nn.Module):
     """One network: ``layers`` convolution blocks of width ``hidden``, the three-way read-out and the head.
 
     ``conv`` names one of :data:`CONVOLUTIONS`, or ``mlp`` for the head on the static features alone.
-    The output has one bounded log-ratio per target (:data:`TARGETS`).
+    The output has one log-ratio per target (:data:`TARGETS`), within +-``bound``.
     """
 
     def __init__(self, node_dim: int, static_dim: int, conv: str = "sage", hidden: int = 128,
-                 layers: int = 3, head: tuple[int, ...] = (256, 128), targets: int = len(TARGETS)):
+                 layers: int = 3, head: tuple[int, ...] = (256, 128), targets: int = len(TARGETS),
+                 bound: float = MAX_LOG_RATIO):
         super().__init__()
         self.conv_name = conv
+        self.bound = bound
         self.uses_graph = conv != "mlp"
         pooled = 0
         if self.uses_graph:
@@ -151,12 +158,12 @@ class PMGNS(nn.Module):
 
     def correction(self, features: torch.Tensor) -> torch.Tensor:
         """The head: read-out embedding and static features to bounded log-ratios."""
-        return bounded(self.head(features))
+        return bounded(self.head(features), self.bound)
 
 
-def bounded(raw: torch.Tensor) -> torch.Tensor:
-    """The head's output as a log-ratio within +-MAX_LOG_RATIO (smoothly: the identity near 0)."""
-    return MAX_LOG_RATIO * torch.tanh(raw / MAX_LOG_RATIO)
+def bounded(raw: torch.Tensor, bound: float = MAX_LOG_RATIO) -> torch.Tensor:
+    """The head's output as a log-ratio within +-``bound`` (smoothly: the identity near 0)."""
+    return bound * torch.tanh(raw / bound)
 
 
 #: Where the fused layout's tensors sit in a weights file, beside the members' own.
@@ -189,6 +196,7 @@ class FusedSage:
     norms: tuple[tuple[torch.Tensor, torch.Tensor, float], ...]  # per convolution: weight, bias [members, hidden], eps
     # per linear layer of the heads: [members, in, out], [members, 1, out]
     heads: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    bound: float = MAX_LOG_RATIO  # the members' (PMGNS.bound)
 
     @classmethod
     def of(cls, models: Sequence[PMGNS], node_scaling: Scaling, one_hot_width: int) -> FusedSage:
@@ -219,7 +227,7 @@ class FusedSage:
                             for i in layers),
                 heads=tuple((torch.stack([linears(model)[j].weight.T for model in models]),
                              torch.stack([linears(model)[j].bias[None] for model in models]))
-                            for j in range(len(linears(models[0])))))
+                            for j in range(len(linears(models[0])))), bound=models[0].bound)
 
     def state(self) -> dict[str, torch.Tensor]:
         """Its tensors by name (under :data:`FUSED_PREFIX`), as a weights file keeps them beside the members'."""
@@ -234,8 +242,10 @@ class FusedSage:
         return {FUSED_PREFIX + name: t.contiguous() for name, t in tensors.items()}
 
     @classmethod
-    def from_state(cls, tensors: dict[str, torch.Tensor], dense_scaling: Scaling) -> FusedSage:
-        """The fused ensemble from :meth:`state`'s tensors (the prefix removed) and the dense columns' scaling."""
+    def from_state(cls, tensors: dict[str, torch.Tensor], dense_scaling: Scaling,
+                   bound: float = MAX_LOG_RATIO) -> FusedSage:
+        """The fused ensemble from :meth:`state`'s tensors (the prefix removed), the dense columns' scaling and
+        the members' bound (their card's)."""
 
         def numbered(name: str) -> int:
             return len({key.split(".")[1] for key in tensors if key.startswith(f"{name}.")})
@@ -246,7 +256,8 @@ class FusedSage:
             biases=tuple(tensors[f"biases.{i}"] for i in range(numbered("biases"))),
             norms=tuple((tensors[f"norms.{i}.weight"], tensors[f"norms.{i}.bias"], float(tensors[f"norms.{i}.eps"]))
                         for i in range(numbered("norms"))),
-            heads=tuple((tensors[f"heads.{j}.weight"], tensors[f"heads.{j}.bias"]) for j in range(numbered("heads"))))
+            heads=tuple((tensors[f"heads.{j}.weight"], tensors[f"heads.{j}.bias"]) for j in range(numbered("heads"))),
+            bound=bound)
 
     def __call__(self, one_hot: tuple[torch.Tensor, torch.Tensor], dense: torch.Tensor,
                  adjacency: torch.Tensor) -> torch.Tensor:
@@ -284,4 +295,4 @@ class FusedSage:
             x = torch.baddbmm(bias, x, weight)
             if j < len(self.heads) - 1:
                 x = torch.relu(x)
-        return bounded(x[:, 0])
+        return bounded(x[:, 0], self.bound)

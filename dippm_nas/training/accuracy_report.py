@@ -205,6 +205,10 @@ def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Pat
                 if "pmgns" in result.models else "")
              + ("the operator model without its records and operators or those of another board of its chip, "
                 if "operators" in result.models else "")
+             + ("the residual (PMGNS over the operator model, bounded to a factor of two) without its records, "
+                "learning from every other GPU's records as the operator model trained without that GPU predicts "
+                "them and correcting the operator model that never saw this one, "
+                if "residual" in result.models else "")
              + ("and " if set(result.models) - {"analytical"} else "")
              + "every one of its records is predicted: what a user of a GPU never measured gets. The analytical "
              "model has nothing to train. Metrics: MAPE, Kendall tau between predicted and measured, share within "

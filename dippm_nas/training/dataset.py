@@ -1,12 +1,13 @@
 """Records + graph store -> tensors for training: node features per graph; per record the static
-features, the analytical estimate, its operators' shares of that estimate's latency, and the targets
-as measured values (missing ones are NaN)."""
+features, the estimate the network corrects (the analytical model's, or for the residual the operator
+model's), its operators' shares of that estimate's latency, and the targets as measured values (missing ones
+are NaN)."""
 
 from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from dippm_nas.cache.store import GraphCache
 from dippm_nas.cost.analytical import AnalyticalCostModel
 from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.features import edge_index, node_feature_matrix
-from dippm_nas.cost.learned_inputs import record_inputs
+from dippm_nas.cost.learned_inputs import Timing, record_inputs
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
 from dippm_nas.cost.table import NodeTable, node_table
 from dippm_nas.graph.batching import scale_batch
@@ -37,7 +38,9 @@ def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
 class TrainingSet:
     """Everything training reads, one row per record (``graph_of`` names its graph, an index into ``x``
     and ``edges``); ``analytical`` and ``targets`` have a column per target in the order of ``TARGETS``.
-    ``missing`` names the graphs left out with their reason."""
+    ``analytical`` is the estimate the network corrects: the analytical model's, or for the residual the
+    operator model's (:func:`build_training_set`'s ``timing_of``). ``missing`` names the graphs left out with
+    their reason."""
 
     records: list[Record]
     graph_keys: list[str]
@@ -93,9 +96,12 @@ def configurations(records: Sequence[Record], graphs: dict[str, ModelGraph]) -> 
         yield node_table(scale_batch(graphs[key], batch)), list(group)
 
 
-def build_training_set(records: list[Record], store: Path | None = None) -> TrainingSet:
+def build_training_set(records: list[Record], store: Path | None = None,
+                       timing_of: Callable[[Record], Timing] | None = None) -> TrainingSet:
     """The tensors of every record whose graph the store (the project's, by default) has; a record whose
-    graph it lacks is left out and its graph listed in ``missing``. Shows a progress bar on stderr."""
+    graph it lacks is left out and its graph listed in ``missing``. With ``timing_of`` each record's operators
+    are timed by the model it gives for that record (the residual's base), else by the roofline. Shows a
+    progress bar on stderr."""
     graphs = load_graphs({r.graph_key for r in records}, store)
     missing = {r.graph_key: "not featurized (see failures.csv)" for r in records if r.graph_key not in graphs}
     kept = [r for r in records if r.graph_key in graphs]
@@ -108,10 +114,12 @@ def build_training_set(records: list[Record], store: Path | None = None) -> Trai
     shares: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in kept]
     curves = np.zeros((len(kept), len(LATENCY_CURVE_LOG_RATIOS)))
     names: list[str] = []
-    with tqdm(total=len(kept), desc="analytical estimates", unit="record", file=sys.stderr) as bar:
+    desc = "analytical estimates" if timing_of is None else "operator-model estimates"
+    with tqdm(total=len(kept), desc=desc, unit="record", file=sys.stderr) as bar:
         for table, group in configurations(kept, graphs):
             for i in group:
-                inputs = record_inputs(table, asdict(kept[i]), analytical)
+                timing = timing_of(kept[i]) if timing_of is not None else None
+                inputs = record_inputs(table, asdict(kept[i]), analytical, timing)
                 names = names or list(inputs.features)
                 statics[i] = [inputs.features[n] for n in names]
                 est = inputs.estimate

@@ -19,6 +19,10 @@ class Split:
     test: np.ndarray
 
 
+#: Batch ranges the held-out figures are broken down by: (label, smallest, largest).
+BATCH_RANGES = (("1", 1, 1), ("2-8", 2, 8), ("9-64", 9, 64), ("65-256", 65, 256), (">256", 257, 1 << 30))
+
+
 def random_split(n: int, seed: int = 0, fractions: tuple[float, float] = (0.70, 0.15)) -> Split:
     """Records 0 to n - 1 shuffled by ``seed``: the first ``fractions[0]`` train, the next
     ``fractions[1]`` validate, the rest test.

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dippm_nas.cost.pmgns import PMGNS, TARGETS, log_latency
+from dippm_nas.cost.pmgns import MAX_LOG_RATIO, PMGNS, TARGETS, log_latency
 from dippm_nas.cost.scaling import Scaling
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import mape
@@ -75,6 +75,10 @@ class TrainConfig:
     #: every prediction, against the 5 ms prediction-time bar. Early stopping runs once (the first
     #: member's) and every member is refitted for the epochs it chose.
     members: int = 1
+    #: The estimate the network corrects: "analytical" (PMGNS) or "operators" (the residual), and how far its
+    #: correction may move it (a log-ratio either way).
+    base: str = "analytical"
+    bound: float = MAX_LOG_RATIO
 
     def __post_init__(self) -> None:
         self.corrected_targets = tuple(self.corrected_targets)  # a card's JSON gives a list
@@ -183,7 +187,7 @@ def fit(ts: TrainingSet, train: np.ndarray, val: np.ndarray, config: TrainConfig
     train_graphs = np.unique(ts.graph_of[train])
     static_scaling = Scaling.of(ts.static[train])
     node_scaling = Scaling.of(torch.cat([ts.x[g] for g in train_graphs]))
-    model = PMGNS(ts.x[0].shape[1], ts.static.shape[1], conv=config.conv, hidden=config.hidden)
+    model = PMGNS(ts.x[0].shape[1], ts.static.shape[1], conv=config.conv, hidden=config.hidden, bound=config.bound)
     average = copy.deepcopy(model).requires_grad_(False)
     fitted = Fitted((average,), static_scaling, node_scaling, float("inf"), -1, 0, config)
     xs = [node_scaling(x) for x in ts.x]

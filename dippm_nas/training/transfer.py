@@ -1,16 +1,20 @@
 """Leave one GPU out: what a user of a GPU the model never saw gets.
 
-For each GPU with data, the learned models are trained without any of its records (PMGNS early stopping
-on a validation share of the other GPUs' records, so nothing is chosen on the held-out GPU; the operator
-model also without its operators) and tested on all of them, beside the analytical model, which has
-nothing to train. Figures per GPU, and per
-precision and batch range within it, for latency and, where the GPU's records measured it, energy.
+For each GPU with data, the learned models are trained without any of its records (PMGNS and the residual
+early stopping on a validation share of the other GPUs' records, so nothing is chosen on the held-out GPU; the
+operator model also without its operators and those of another board of its chip) and tested on all of them,
+beside the analytical model, which has nothing to train. The residual corrects the operator model that never
+saw the GPU, and learns from every other GPU's records read the same way (:mod:`dippm_nas.training.residual`).
+Figures per GPU, and per precision and batch range within it, for latency and, where the GPU's records measured
+it, energy.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -19,14 +23,13 @@ from dippm_nas.training.evaluate import prediction_rows
 from dippm_nas.training.metrics import summary
 from dippm_nas.training.operator_data import OperatorSamples
 from dippm_nas.training.operator_records import RecordSet
-from dippm_nas.training.records import Record
-from dippm_nas.training.splits import Split, leave_gpu_out
+from dippm_nas.training.residual import fold_operator_models, held_out_training_set, residual_config
+from dippm_nas.training.splits import BATCH_RANGES, Split, leave_gpu_out
 from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
 
-#: The models a leave-one-GPU-out run can score; ``operators`` and ``pmgns`` train once per held-out GPU.
-TRANSFER_MODELS = ("analytical", "operators", "pmgns")
-#: Batch ranges the figures are broken down by: (label, smallest, largest).
-BATCH_RANGES = (("1", 1, 1), ("2-8", 2, 8), ("9-64", 9, 64), ("65-256", 65, 256), (">256", 257, 1 << 30))
+#: The models a leave-one-GPU-out run can score; the learned ones train once per held-out GPU (the operator model
+#: once per chip).
+TRANSFER_MODELS = ("analytical", "operators", "residual", "pmgns")
 #: The bars the cost-model issue sets on leave-one-GPU-out latency: MAPE and Kendall tau per GPU.
 TRANSFER_BARS = {"mape": 0.15, "tau": 0.90}
 
@@ -84,8 +87,10 @@ class TransferEvaluation:
     models: tuple[str, ...]
     held_out: list[HeldOutGpu] = field(default_factory=list)
     #: One row per held-out record: what it is, its measured latency and each model's
-    #: (``docs/accuracy/transfer_predictions.csv``, where the error table reads PMGNS's error on a new GPU).
+    #: (``docs/accuracy/transfer_predictions.csv``, where the error table reads the error on a new GPU).
     prediction_rows: list[dict[str, object]] = field(default_factory=list)
+    #: Every record read through the operator model trained without its GPU: what the residual learns from.
+    held_out_estimates: TrainingSet | None = None
 
     def summary(self) -> dict[str, object]:
         """The figures as JSON: per GPU, latency and energy, overall and per precision and batch range."""
@@ -99,67 +104,54 @@ class TransferEvaluation:
         return out
 
 
-def _operators_without(gpu: str, test: list[Record], data: tuple[OperatorSamples, RecordSet] | None) -> np.ndarray:
-    """Latency and energy of the ``test`` records by the operator model trained without ``gpu`` (and a GPU of
-    the same chip): neither its operators nor its records."""
-    import tempfile
-    from pathlib import Path
-
-    from dippm_nas.cost.operator_cost import OperatorCostModel
-    from dippm_nas.graph.batching import scale_batch
-    from dippm_nas.hardware.registry import get_device
-    from dippm_nas.training.dataset import load_graphs
-    from dippm_nas.training.operator_training import chip_of, fit_without
-
-    if data is None:
-        raise ValueError("scoring the operator model needs its operator samples and training records")
-    samples, records = data
-    model = fit_without(chip_of(gpu), samples, records)
-    graphs = load_graphs({r.graph_key for r in test})
-    out = np.full((len(test), 2), np.nan)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "operators"
-        model.save(path)
-        cost = OperatorCostModel(path)
-        for i, r in enumerate(test):
-            graph = scale_batch(graphs[r.graph_key], r.batch)
-            estimate = cost.estimate(graph, get_device(r.device), r.precision, r.layout)
-            out[i] = estimate.latency_ms, estimate.energy_j
-    return out
-
-
 def evaluate_transfer(ts: TrainingSet, config: TrainConfig, gpus: list[str] | None = None,
                       models: tuple[str, ...] = TRANSFER_MODELS, progress: bool = True,
                       operator_data: tuple[OperatorSamples, RecordSet] | None = None) -> TransferEvaluation:
     """Hold out each GPU of ``gpus`` (default: every GPU in ``ts``) in turn and score ``models`` on it;
-    ``operators`` needs ``operator_data`` (its operator samples and training records)."""
+    ``operators`` and ``residual`` need ``operator_data`` (its operator samples and training records)."""
     unknown = set(models) - set(TRANSFER_MODELS)
     if unknown:
         raise ValueError(f"unknown models {sorted(unknown)}; known: {', '.join(TRANSFER_MODELS)}")
     devices = ts.devices
     result = TransferEvaluation(config, tuple(models))
-    for gpu in gpus or sorted(set(devices)):
-        split = leave_gpu_out(devices, gpu, config.seed)
-        if not len(split.test):
-            known = ", ".join(sorted(set(devices)))
-            raise ValueError(f"no record of {gpu} in the data set; GPUs with records: {known}")
-        measured = ts.targets[split.test][:, :2]
-        predicted = {}
-        best_epoch = None
-        if "analytical" in models:
-            predicted["analytical"] = ts.analytical[split.test][:, :2]
-        if "operators" in models:
-            predicted["operators"] = _operators_without(gpu, [ts.records[i] for i in split.test], operator_data)
-        if "pmgns" in models:
-            fitted = fit_split(ts, split, config, progress=progress, label=f"sage/without {gpu}")
-            every = predict_targets(fitted, ts, split.test, every_correction=True)
-            predicted["PMGNS"] = applied_corrections(fitted, ts, split.test, every)[:, :2]
-            best_epoch = fitted.best_epoch
-        records = [ts.records[i] for i in split.test]
-        held = HeldOutGpu(gpu, split, measured, predicted, np.array([r.precision for r in records]),
-                          np.array([r.batch for r in records]), best_epoch)
-        result.held_out.append(held)
-        result.prediction_rows += prediction_rows(ts, split, measured[:, 0], {k: p[:, 0] for k, p in predicted.items()})
-        line = "; ".join(f"{name} MAPE {m['mape']:.1%} tau {m['tau']:.3f}" for name, m in held.metrics(0).items())
-        print(f"without {gpu} ({len(split.test)} records): {line}", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as folder:
+        if {"operators", "residual"} & set(models):
+            if operator_data is None:
+                raise ValueError("scoring the operator model needs its operator samples and training records")
+            paths = fold_operator_models(sorted(set(devices)), operator_data, Path(folder))
+            result.held_out_estimates = held_out_training_set(ts.records, paths)
+        for gpu in gpus or sorted(set(devices)):
+            _hold_out(gpu, ts, config, result, progress)
     return result
+
+
+def _hold_out(gpu: str, ts: TrainingSet, config: TrainConfig, result: TransferEvaluation, progress: bool) -> None:
+    """Score ``result.models`` on ``gpu``'s records, each learned model trained without them."""
+    devices, models, estimates = ts.devices, result.models, result.held_out_estimates
+    split = leave_gpu_out(devices, gpu, config.seed)
+    if not len(split.test):
+        known = ", ".join(sorted(set(devices)))
+        raise ValueError(f"no record of {gpu} in the data set; GPUs with records: {known}")
+    measured = ts.targets[split.test][:, :2]
+    predicted = {}
+    best_epoch = None
+    if "analytical" in models:
+        predicted["analytical"] = ts.analytical[split.test][:, :2]
+    if "operators" in models:
+        predicted["operators"] = estimates.analytical[split.test][:, :2]
+    if "residual" in models:
+        residual = fit_split(estimates, split, residual_config(config), progress=progress,
+                             label=f"residual/without {gpu}")
+        predicted["residual"] = predict_targets(residual, estimates, split.test)[:, :2]
+    if "pmgns" in models:
+        fitted = fit_split(ts, split, config, progress=progress, label=f"sage/without {gpu}")
+        every = predict_targets(fitted, ts, split.test, every_correction=True)
+        predicted["PMGNS"] = applied_corrections(fitted, ts, split.test, every)[:, :2]
+        best_epoch = fitted.best_epoch
+    records = [ts.records[i] for i in split.test]
+    held = HeldOutGpu(gpu, split, measured, predicted, np.array([r.precision for r in records]),
+                      np.array([r.batch for r in records]), best_epoch)
+    result.held_out.append(held)
+    result.prediction_rows += prediction_rows(ts, split, measured[:, 0], {k: p[:, 0] for k, p in predicted.items()})
+    line = "; ".join(f"{name} MAPE {m['mape']:.1%} tau {m['tau']:.3f}" for name, m in held.metrics(0).items())
+    print(f"without {gpu} ({len(split.test)} records): {line}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The default cost model is chosen in one place: the operator model, the roofline where it declines."""
+"""The default cost model is chosen in one place: the operator model, its residual where the card turns it on,
+the roofline where the operator model declines."""
 
 import json
 
@@ -14,23 +15,24 @@ def graph():
 
 @pytest.fixture
 def card(tmp_path, monkeypatch):
-    """A routing card of the test's own: PMGNS at fp16 for batches 9 to 64, or nowhere."""
+    """Regimes of the test's own in place of the shipped residual card's (its weights stay the shipped ones)."""
     from dippm_nas.cost import choice
 
-    path = tmp_path / "routing.json"
-    monkeypatch.setattr(choice, "ROUTING", path)
+    path = tmp_path / "residual.json"
+    monkeypatch.setattr(choice, "RESIDUAL_CARD", path)
 
     def write(regimes):
-        path.write_text(json.dumps({"pmgns": regimes}))
-        choice._routing.cache_clear()
+        path.write_text(json.dumps({"regimes": regimes}))
+        choice._regimes.cache_clear()
 
     yield write
-    choice._routing.cache_clear()
+    choice._regimes.cache_clear()
 
 
 @pytest.mark.parametrize("device, precision", [("a100-40gb", "fp32"), ("h100-sxm", "fp16"), ("t4", "fp16"),
-                                               ("rtx5090", "bf16-weights"), ("h100-sxm:1g.10gb", "fp16")])
-def test_with_no_regime_of_pmgns_auto_is_the_operator_model(graph, card, device, precision):
+                                               ("rtx5090", "bf16-weights"), ("h100-sxm:1g.10gb", "fp16"),
+                                               ("l4", "fp16")])
+def test_with_the_residual_off_auto_is_the_operator_model(graph, card, device, precision):
     card([])
     auto = predict_graph(graph, device, precision)
     named = predict_graph(graph, device, precision, "operators")
@@ -49,16 +51,33 @@ def test_auto_falls_back_to_the_roofline_where_the_operator_model_declines(graph
     assert f"{reason}: analytical (roofline) estimate" in p.notes
 
 
-def test_pmgns_answers_in_the_regimes_the_card_lists_and_says_so(graph, card):
+def test_the_residual_answers_in_the_regimes_the_card_lists_and_says_so(graph, card):
     card([{"precision": "fp16", "batch_min": 9, "batch_max": 64, "gpus": ["h100-sxm", "rtx4090"],
-           "operators_mape": {"h100-sxm": 0.3, "rtx4090": 0.5}, "pmgns_mape": {"h100-sxm": 0.2, "rtx4090": 0.1}}])
-    learned = predict_graph(graph, "h100-sxm", "fp16")
-    operators = predict_graph(graph, "h100-sxm", "fp16", "operators")
-    assert learned.answered_by == "pmgns" and learned.latency_ms == predict_graph(graph, "h100-sxm", "fp16",
-                                                                                   "pmgns").latency_ms
-    note = next(n for n in learned.notes if n.startswith("PMGNS answered"))
+           "operators_mape": {"h100-sxm": 0.3, "rtx4090": 0.5}, "residual_mape": {"h100-sxm": 0.2, "rtx4090": 0.1}}])
+    corrected = predict_graph(graph, "l4", "fp16")  # a GPU the operator model never learned from
+    operators = predict_graph(graph, "l4", "fp16", "operators")
+    assert corrected.answered_by == "residual"
+    assert corrected.latency_ms == predict_graph(graph, "l4", "fp16", "residual").latency_ms
+    note = next(n for n in corrected.notes if n.startswith("the residual applies"))
     assert "at fp16, batch 9-64" in note and "rtx4090 10% against 50%" in note
-    assert f"the operator model says {operators.latency_ms:.4g} ms" in note
-    for other in ({"precision": "fp32"}, {"precision": "bf16"}, {"precision": "fp16", "mode": "cuda-graphs"}):
-        assert predict_graph(graph, "h100-sxm", **other).answered_by == "operators", other  # no record showed it
-    assert predict_graph(build_graph("resnet18", batch=128), "h100-sxm", "fp16").answered_by == "operators"
+    moved = corrected.latency_ms / operators.latency_ms - 1
+    assert f"moved the operator model's {operators.latency_ms:.4g} ms by {moved:+.1%}" in " ".join(corrected.notes)
+    assert 0.5 <= corrected.latency_ms / operators.latency_ms <= 2.0
+    for other in ({"precision": "fp32"}, {"precision": "bf16-weights"}, {"precision": "fp16", "mode": "cuda-graphs"}):
+        assert predict_graph(graph, "l4", **other).answered_by == "operators", other  # no regime holds it
+    assert predict_graph(build_graph("resnet18", batch=128), "l4", "fp16").answered_by == "operators"
+    # where the operator model learned from the GPU's own measurements it answers alone
+    assert predict_graph(graph, "h100-sxm", "fp16").answered_by == "operators"
+
+
+def test_the_shipped_card_says_where_the_residual_is_on():
+    """Each regime: a precision, a batch range, and the held-out GPUs whose figures turned it on."""
+    from dippm_nas.cost.choice import RESIDUAL_CARD
+    from dippm_nas.cost.residual import operator_model_fingerprint
+
+    shipped = json.loads(RESIDUAL_CARD.read_text())
+    assert shipped["config"]["base"] == "operators" and shipped["base_fingerprint"] == operator_model_fingerprint()
+    assert "leave-one-gpu-out" in shipped["chosen_by"]
+    for regime in shipped["regimes"]:
+        assert regime["batch_min"] <= regime["batch_max"] and len(regime["gpus"]) >= 2
+        assert all(regime["residual_mape"][g] < regime["operators_mape"][g] for g in regime["gpus"])

@@ -61,7 +61,7 @@ def test_learned_prediction_at_h100_batch_1_cites_its_own_records(rows, graphs):
 def test_learned_prediction_at_rtx4090_batch_256(rows, graphs):
     expected, n = _mape([r for r in rows if r["split"] == "random" and r["device"] == "rtx4090"
                          and batch_bin(int(r["batch"])) == "256-1023"], "pmgns")
-    p = predict_graph(graphs[256], "rtx4090", "fp16")
+    p = predict_graph(graphs[256], "rtx4090", "fp16", "pmgns")
     assert p.latency_error.records == n and p.latency_error.mape == pytest.approx(expected, abs=1e-6)
     assert p.latency_error.mape < 0.05
 

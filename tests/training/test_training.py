@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from dippm_nas.training.metrics import (
     cluster_bootstrap,
@@ -98,8 +100,8 @@ def test_splits_hold_out_what_they_say():
 
 
 @pytest.fixture(scope="module")
-def small_training_set(tmp_path_factory):
-    from dippm_nas.training.dataset import build_training_set
+def small_store(tmp_path_factory):
+    """A graph store of the SMALL models' records."""
     from dippm_nas.training.featurize import featurize
     from dippm_nas.training.records import load_records
 
@@ -108,7 +110,15 @@ def small_training_set(tmp_path_factory):
     failures = featurize({r.graph_key for r in records}, store, jobs=1)
     assert failures == {}
     assert featurize({r.graph_key for r in records}, store, jobs=1) == {}  # a rerun costs nothing
-    return build_training_set(records, store)
+    return store
+
+
+@pytest.fixture(scope="module")
+def small_training_set(small_store):
+    from dippm_nas.training.dataset import build_training_set
+    from dippm_nas.training.records import load_records
+
+    return build_training_set([r for r in load_records() if r.model in SMALL], small_store)
 
 
 def test_a_feature_reads_no_further_than_training_took_it():
@@ -289,7 +299,7 @@ def test_shipped_weights_load_as_safetensors_and_predict_on_one_thread():
 
     forget_loaded()
     threads = torch.get_num_threads()
-    trained = predict("resnet18", batch=64, device="rtx4090", precision="fp16")
+    trained = predict("resnet18", batch=64, device="rtx4090", precision="fp16", cost_model="pmgns")
     assert trained.cost_model.startswith("pmgns") and any("was in its training data" in n for n in trained.notes)
     assert predict("resnet18", batch=64, device="rtx4090", precision="fp16",
                    cost_model="operators").cost_model == "operators"
@@ -439,3 +449,71 @@ def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu(small_training_set, 
     assert float(first["measured_ms"]) == pytest.approx(float(rtx.measured[0, 0]), rel=1e-5)
     with pytest.raises(ValueError, match="no record of t4"):
         evaluate_transfer(ts, TrainConfig(epochs=1), gpus=["t4"], models=("analytical",), progress=False)
+
+
+def test_the_residual_corrects_the_operator_model_within_its_bound(small_training_set, small_store, tmp_path):
+    """PMGNS over the operator model: its base is the operator model's estimate, read the same way in training
+    and in prediction, and however far its head is pushed it moves a prediction by at most a factor of two."""
+    from dataclasses import replace
+
+    from dippm_nas import build_graph, get_device
+    from dippm_nas.cost.card import OPERATOR_WEIGHTS
+    from dippm_nas.cost.learned import forget_loaded
+    from dippm_nas.cost.operator_cost import OperatorCostModel
+    from dippm_nas.cost.residual import ResidualCostModel
+    from dippm_nas.training.residual import RESIDUAL_CONFIG, held_out_training_set, residual_regimes, ship_residual
+
+    ts = small_training_set
+    estimates = held_out_training_set(ts.records, {gpu: OPERATOR_WEIGHTS for gpu in set(ts.devices)}, small_store)
+    assert [r.graph_key for r in estimates.records] == [r.graph_key for r in ts.records]
+    assert not np.allclose(estimates.analytical[:, 0], ts.analytical[:, 0])  # the operator model's, not the roofline's
+    path = tmp_path / "residual"
+    card = ship_residual(estimates, [], path=path, config=replace(RESIDUAL_CONFIG, epochs=2, warmup_epochs=1))
+    assert json.loads(card.read_text())["config"]["base"] == "operators"
+    graph = build_graph("resnet18", batch=32)
+    l4 = get_device("l4")  # no operator or record of it was learned from
+    alone = OperatorCostModel().estimate(graph, l4, "fp16")
+    corrected = ResidualCostModel(path).estimate(graph, l4, "fp16")
+    assert corrected.answered_by == "residual" and any("moved the operator model's" in n for n in corrected.notes)
+    top, alone_top = corrected.top_nodes(5), alone.top_nodes(5)  # the operator model's times, scaled alike
+    assert [n.node for n in top] == [n.node for n in alone_top] and len(top) == 5
+    assert len({round(n.time_ms / m.time_ms, 9) for n, m in zip(top, alone_top)}) == 1
+    for push in (50.0, -50.0):
+        weights = load_file(str(path.with_suffix(".safetensors")))
+        for prefix in ("0.head.", "fused.heads."):  # the last layer of the head, as trained and as fused
+            last = max(int(k.removeprefix(prefix).split(".")[0]) for k in weights if k.startswith(prefix))
+            weights[f"{prefix}{last}.bias"] = torch.full_like(weights[f"{prefix}{last}.bias"], push)
+        save_file(weights, str(path.with_suffix(".safetensors")))
+        forget_loaded()
+        pushed = ResidualCostModel(path).estimate(graph, l4, "fp16").latency_ms
+        assert alone.latency_ms / 2 * (1 - 1e-6) <= pushed <= alone.latency_ms * 2 * (1 + 1e-6)
+        assert (pushed > alone.latency_ms * 1.2) if push > 0 else (pushed < alone.latency_ms / 1.2)
+    forget_loaded()
+    assert residual_regimes({"gpus": {}}) == []
+
+
+def test_leave_one_gpu_out_scores_the_residual_over_the_operator_model_without_the_gpu(small_training_set,
+                                                                                      monkeypatch, tmp_path):
+    """Every record is read through the operator model fitted without its GPU's chip, one fit per chip, and the
+    residual held out of a GPU is tested on that GPU's records read the same way."""
+    from dippm_nas.cost.operator_model import load
+    from dippm_nas.training import operator_training
+    from dippm_nas.training.train import TrainConfig
+    from dippm_nas.training.transfer import evaluate_transfer
+
+    fitted_without = []
+
+    def fit_without(gpus, samples, records, *args, **kwargs):  # the shipped model stands in for each fit
+        fitted_without.append(tuple(gpus))
+        return load()
+
+    monkeypatch.setattr(operator_training, "fit_without", fit_without)
+    ts = small_training_set
+    result = evaluate_transfer(ts, TrainConfig(epochs=1, batch_size=16), gpus=["h100-sxm"],
+                               models=("operators", "residual"), progress=False, operator_data=(None, None))
+    assert sorted(fitted_without) == sorted({operator_training.chip_of(g) for g in set(ts.devices)})
+    [h100] = result.held_out
+    estimates = result.held_out_estimates
+    assert np.array_equal(h100.predicted["operators"], estimates.analytical[h100.split.test][:, :2])
+    ratio = h100.predicted["residual"][:, 0] / h100.predicted["operators"][:, 0]
+    assert (ratio >= 0.5 - 1e-6).all() and (ratio <= 2 + 1e-6).all() and not np.allclose(ratio, 1.0)
