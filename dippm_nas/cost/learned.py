@@ -195,7 +195,8 @@ class PMGNSCostModel:
         analytical = inputs.estimate
         ratio = dict(zip(TARGETS, (math.exp(v) for v in out.mean(dim=0).tolist())))
         # The learned latency ratio scales the GPU time; the host's time to issue the operators stays.
-        gpu_ms = analytical.latency_ms * (1 - inputs.features["host_wait_share"]) * ratio["latency_ms"]
+        gpu_ratio = ratio["latency_ms"]
+        gpu_ms = analytical.latency_ms * (1 - inputs.features["host_wait_share"]) * gpu_ratio
         ratio["latency_ms"] = latency_ms / analytical.latency_ms
         learned = [t for t in TARGETS[1:] if gpu.key in self.card.target_devices.get(t, ())]
         # Where no energy was measured on this device, the analytical power over the learned time.
@@ -222,7 +223,6 @@ class PMGNSCostModel:
                                precision_named(precision).autocast),
             error=error,
         )
-        gpu_ratio = math.exp(float(out[:, 0].mean()))
         return self.finished(estimate, analytical.latency_ms, gpu_ratio, graph, device, precision, layout, execution)
 
     def finished(self, estimate: Estimate, base_ms: float, gpu_ratio: float, graph: ModelGraph, device: Device,
