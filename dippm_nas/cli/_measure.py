@@ -69,13 +69,14 @@ def _measure_space(args: argparse.Namespace) -> int:
     from search_spaces import get_search_space
 
     space = get_search_space(args.space)
-    if args.n < 1 or args.batch < 1:
-        raise DippmError(f"--n {args.n} --batch {args.batch}: give how many candidates to measure and their batch, "
-                         "each 1 or more (about ten candidates calibrate best).")
+    batches = parse_ints(args.batch)
+    if args.n < 1 or not batches or min(batches) < 1:
+        raise DippmError(f"--n {args.n} --batch {args.batch}: give how many candidates to measure and their batch "
+                         "(or batches, comma-separated), each 1 or more (about ten rows calibrate best).")
     from dippm_nas.measure.space import measure_space
 
     try:
-        measure_space(space, args.out, args.n, args.batch, args.precision, args.device, args.seed, args.budget_s,
+        measure_space(space, args.out, args.n, batches, args.precision, args.device, args.seed, args.budget_s,
                       args.by)
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
@@ -110,7 +111,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                          "predicted latency, each row naming its candidate as space:architecture; `dippm-nas "
                          "calibrate` fits your GPU to them")
     me.add_argument("--n", type=int, default=10, help="with --space: how many candidates (default: 10)")
-    me.add_argument("--batch", type=int, default=64, help="with --space: their batch size (default: 64)")
+    me.add_argument("--batch", default="64",
+                    help="with --space: their batch size, or sizes comma-separated (each candidate at each: "
+                         "--n 5 --batch 1,64 measures ten rows, and batch 1's tell the host's time from the "
+                         "kernels'; default: 64)")
     me.add_argument("--seed", type=int, default=0, help="with --space: the draw of candidates (default: 0); rerun "
                                                           "with it to resume")
     me.add_argument("--precision", default=DEFAULT_PRECISION, type=str.lower, choices=list(PRECISIONS),

@@ -99,13 +99,14 @@ def space_configs(space, candidates: Sequence[object], batch: int, precision: st
                           family=space.name) for c in candidates]
 
 
-def measure_space(space, out: str | Path, n: int = 10, batch: int = 64, precision: str = "fp32",
+def measure_space(space, out: str | Path, n: int = 10, batch: int | Sequence[int] = 64, precision: str = "fp32",
                   device_kind: str = "cuda", seed: int = 0, budget_s: float | None = None,
                   measured_by: str = "dippm-nas harness", cost: Cost | None = None,
                   progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> int:
     """Measure ``n`` candidates of ``space`` (a name of ``search_spaces.SEARCH_SPACES`` or a space of your own,
-    which is registered so that its candidates' names rebuild) at ``batch`` and ``precision`` into ``out``,
-    rows that ``dippm-nas calibrate`` reads; returns how many were measured (a rerun skips those in ``out``).
+    which is registered so that its candidates' names rebuild) at ``batch`` (one, or several: each candidate at
+    each) and ``precision`` into ``out``, rows that ``dippm-nas calibrate`` reads; returns how many were measured
+    (a rerun skips those in ``out``). The candidates spread over their cost at the largest batch.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:  # doctest: +SKIP
@@ -118,5 +119,7 @@ def measure_space(space, out: str | Path, n: int = 10, batch: int = 64, precisio
         space = get_search_space(space)
     else:
         register_search_space(type(space))
-    candidates = spread_candidates(space, n, batch, precision, seed, cost, progress)
-    return run(space_configs(space, candidates, batch, precision), out, device_kind, budget_s, measured_by, progress)
+    batches = sorted({batch} if isinstance(batch, int) else set(batch))
+    candidates = spread_candidates(space, n, batches[-1], precision, seed, cost, progress)
+    configs = [config for b in batches for config in space_configs(space, candidates, b, precision)]
+    return run(configs, out, device_kind, budget_s, measured_by, progress)

@@ -9,9 +9,10 @@ A seeded sample of each space's candidates is predicted on each GPU and batch:
   on), the operator model alone, the analytical model and PMGNS; MAPE, Spearman's rho and
   Kendall's tau against the measured latencies, FLOPs' Spearman beside (a proxy that knows no GPU). Nothing the
   project ships learns from HELP's data, so every GPU is one no model saw;
-- **calibrated**: ``dippm-nas calibrate``'s fit (:func:`dippm_nas.training.calibration_fit.calibrate`) on ten candidates
-  drawn at random, then the other candidates predicted with it: MAPE and Spearman, the mean and the worst of
-  five draws. The user's path: measure ten candidates of the space on the GPU, calibrate, search.
+- **calibrated**: ``dippm-nas calibrate``'s fit (:func:`dippm_nas.training.calibration_fit.calibrate`) on ten rows,
+  then the other candidates predicted with it: MAPE and Spearman, the mean and the worst of five draws. The rows
+  are ten random candidates at the batch, or five each at batch 1 and at the batch: the user's path, measure the
+  candidates of the space on the GPU, calibrate, search.
 """
 
 from __future__ import annotations
@@ -94,7 +95,6 @@ def evaluate_nas(candidates: list[Measured], progress: Callable[[str], None] = p
     import dippm_nas
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.integration import HardwareCostModel
-    from dippm_nas.training.calibration_fit import MeasuredRow, calibrate
 
     featurizer = HardwareCostModel(batch=1, cost_model="analytical")
     graphs = {}
@@ -114,25 +114,46 @@ def evaluate_nas(candidates: list[Measured], progress: Callable[[str], None] = p
                 predicted = np.array([dippm_nas.predict_graph(scaled[c.name], gpu, "fp32", model).latency_ms
                                       for c in mine])
                 entry[model] = _metrics(predicted, measured)
-            draws = []
-            for draw in range(CALIBRATION_DRAWS):
-                chosen = set(random.Random(draw).sample(range(len(mine)), CALIBRATION_ROWS))
-                rows = [MeasuredRow(mine[i].name, batch, float(measured[i])) for i in sorted(chosen)]
-                fitted = calibrate(rows, gpu, "fp32", "eager", f"{space} on {gpu}",
-                                   graph_of=lambda row, scaled=scaled: scaled[row.model], say=lambda _: None)
-                rest = [i for i in range(len(mine)) if i not in chosen]
-                predicted = np.array([dippm_nas.predict_graph(scaled[mine[i].name], gpu, "fp32",
-                                                              calibration=fitted).latency_ms for i in rest])
-                draws.append(_metrics(predicted, measured[rest]))
-            entry["calibrated"] = {
-                "mape_mean": float(np.mean([d["mape"] for d in draws])),
-                "mape_worst": float(np.max([d["mape"] for d in draws])),
-                "spearman_mean": float(np.mean([d["spearman"] for d in draws])),
-                "spearman_worst": float(np.min([d["spearman"] for d in draws]))}
+            entry["calibrated"] = _calibrated(mine, gpu, {batch: scaled}, batch, CALIBRATION_ROWS)
+            if batch > 1 and all((gpu, 1) in c.latency_ms for c in mine):
+                at_one = {c.name: graphs[c.name] for c in mine}
+                entry["calibrated_two_batches"] = _calibrated(mine, gpu, {1: at_one, batch: scaled}, batch,
+                                                              CALIBRATION_ROWS // 2)
             results.setdefault(space, {})[f"{gpu}@{batch}"] = entry
             progress(f"{space} on {gpu} at batch {batch}: default {entry['auto']['mape']:.1%}, calibrated "
                      f"{entry['calibrated']['mape_mean']:.1%}")
     return results
+
+
+def _calibrated(mine: list[Measured], gpu: str, graphs: dict[int, dict[str, object]], batch: int,
+                candidates: int) -> dict[str, float]:
+    """``dippm-nas calibrate`` on ``candidates`` drawn at random, each measured at every batch of ``graphs`` (their
+    graphs by batch and name), the others predicted at ``batch``: the mean and the worst of the draws."""
+    import dippm_nas
+    from dippm_nas.training.calibration_fit import MeasuredRow, calibrate
+
+    draws = []
+    for draw in range(CALIBRATION_DRAWS):
+        chosen = sorted(random.Random(draw).sample(range(len(mine)), candidates))
+        rows = [MeasuredRow(mine[i].name, b, mine[i].latency_ms[(gpu, b)]) for i in chosen for b in sorted(graphs)]
+        fitted = calibrate(rows, gpu, "fp32", "eager", f"{mine[0].space} on {gpu}",
+                           graph_of=lambda row: graphs[row.batch][row.model], say=lambda _: None)
+        rest = [i for i in range(len(mine)) if i not in chosen]
+        predicted = np.array([dippm_nas.predict_graph(graphs[batch][mine[i].name], gpu, "fp32",
+                                                      calibration=fitted).latency_ms for i in rest])
+        draws.append(_metrics(predicted, np.array([mine[i].latency_ms[(gpu, batch)] for i in rest])))
+    return {"mape_mean": float(np.mean([d["mape"] for d in draws])),
+            "mape_worst": float(np.max([d["mape"] for d in draws])),
+            "spearman_mean": float(np.mean([d["spearman"] for d in draws])),
+            "spearman_worst": float(np.min([d["spearman"] for d in draws]))}
+
+
+def _calibration_cell(figures: dict[str, float] | None) -> str:
+    """A calibration's figures in a table cell; '-' where it was not run."""
+    if figures is None:
+        return "-"
+    return (f"{figures['mape_mean']:.1%} / {figures['mape_worst']:.1%}, rho {figures['spearman_mean']:.3f} / "
+            f"{figures['spearman_worst']:.3f}")
 
 
 def write_nas_report(results: dict, n: int, docs: Path) -> Path:
@@ -143,25 +164,30 @@ def write_nas_report(results: dict, n: int, docs: Path) -> Path:
         "(`data/help`, NeurIPS 2021: NAS-Bench-201 cells, OFA MobileNetV3 subnets; fp32, PyTorch eager, GPUs of "
         "2017-2019 whose hosts are not stated), predicted on each GPU and batch. Nothing the project ships learns "
         "from HELP's data. Zero-shot: each model's MAPE and Spearman's rho (Kendall's tau in the JSON), FLOPs' "
-        f"rho beside. Calibrated: `dippm-nas calibrate` on {CALIBRATION_ROWS} random candidates, the others "
-        f"predicted with it, the mean and the worst of {CALIBRATION_DRAWS} draws. Bars, at batch {BAR_BATCH} and "
-        f"more: calibrated MAPE <= {BARS['calibrated_mape']:.0%} (mean) and rho >= "
-        f"{BARS['calibrated_spearman']}; zero-shot rho at least FLOPs'.", "",
-        "| space | GPU | batch | default (auto) | operators | analytical | PMGNS | FLOPs rho | calibrated: MAPE mean / "
-        "worst | rho mean / worst | bar |",
+        f"rho beside. Calibrated: `dippm-nas calibrate` on {CALIBRATION_ROWS} rows, the other candidates predicted "
+        f"with it, the mean and the worst of {CALIBRATION_DRAWS} draws: {CALIBRATION_ROWS} random candidates at the "
+        f"batch, or {CALIBRATION_ROWS // 2} random candidates each at batch 1 and at the batch (what `dippm-nas "
+        "measure --space NAME --n 5 --batch 1,B` measures): rows at batch 1, where the host's time to issue the "
+        "operators is most of the latency, tell it from the kernels' speed. Bars, on the ten rows at the batch, at "
+        f"batch {BAR_BATCH} and more: MAPE <= {BARS['calibrated_mape']:.0%} (mean of the draws) and rho >= "
+        f"{BARS['calibrated_spearman']}; zero-shot rho of the default at least FLOPs'.", "",
+        "| space | GPU | batch | default (auto) | operators | analytical | PMGNS | FLOPs rho | 10 at the batch: MAPE "
+        "mean / worst, rho mean / worst | 5 at batch 1 and 5 at the batch: MAPE mean / worst, rho mean / worst | "
+        "bar |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for space, entries in results.items():
         for key, e in entries.items():
             gpu, _, batch = key.partition("@")
-            c = e["calibrated"]
+            one, two = e["calibrated"], e.get("calibrated_two_batches")
             verdict = ""
             if int(batch) >= BAR_BATCH:
-                met = (c["mape_mean"] <= BARS["calibrated_mape"] and c["spearman_mean"] >= BARS["calibrated_spearman"]
+                met = (one["mape_mean"] <= BARS["calibrated_mape"]
+                       and one["spearman_mean"] >= BARS["calibrated_spearman"]
                        and e["auto"]["spearman"] >= e["flops_spearman"])
                 verdict = "met" if met else "NOT met"
             cells = " | ".join(f"{e[m]['mape']:.1%}, rho {e[m]['spearman']:.3f}" for m in ZERO_SHOT_MODELS)
-            lines.append(f"| {space} | {gpu} | {batch} | {cells} | {e['flops_spearman']:.3f} | {c['mape_mean']:.1%} / "
-                         f"{c['mape_worst']:.1%} | {c['spearman_mean']:.3f} / {c['spearman_worst']:.3f} | {verdict} |")
+            lines.append(f"| {space} | {gpu} | {batch} | {cells} | {e['flops_spearman']:.3f} | "
+                         f"{_calibration_cell(one)} | {_calibration_cell(two)} | {verdict} |")
     (docs / "accuracy").mkdir(parents=True, exist_ok=True)
     (docs / "accuracy" / "nas.json").write_text(json.dumps({"candidates": n, "results": results}, indent=1) + "\n")
     path = docs / "nas.md"

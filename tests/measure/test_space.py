@@ -83,3 +83,15 @@ def test_the_readmes_three_commands_run_as_written(tmp_path):
 
     prediction = json.loads((tmp_path / "prediction.json").read_text())
     assert prediction["device"] == "my-gpu" and prediction["latency_ms"] > 0
+
+
+def test_each_candidate_is_measured_at_each_batch_given(tmp_path):
+    """``measure --space --batch 1,2``: the same candidates at both batches, which calibrate reads as its rows."""
+    from dippm_nas.measure.space import measure_space
+    from dippm_nas.training.calibration_fit import read_rows
+
+    out = tmp_path / "rows.csv"
+    assert measure_space("nb201", out, n=2, batch=[2, 1], device_kind="cpu", cost=flops, progress=lambda _: None) == 4
+    rows = read_rows(out)
+    assert sorted((r.model, r.batch) for r in rows) == sorted((m, b) for m in {r.model for r in rows} for b in (1, 2))
+    assert len({r.model for r in rows}) == 2
