@@ -20,9 +20,10 @@ from dippm_nas.errors import DippmError
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
-from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, check_layout, check_precision, get_device
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, check_layout, get_device
 from dippm_nas.inputs import InputLike, check_batch
 from dippm_nas.modes import check_mode
+from dippm_nas.precisions import Precision, precision_named
 
 #: A calibration as the API takes it: a file :mod:`dippm_nas.cost.calibration` wrote, or one loaded; None: none.
 CalibrationLike = Calibration | str | os.PathLike | None
@@ -30,42 +31,43 @@ CalibrationLike = Calibration | str | os.PathLike | None
 
 @dataclass(frozen=True)
 class Request:
-    """What a prediction is asked for besides the model, checked once where it enters the library.
-    ``precision`` None is the model's own (:func:`~dippm_nas.graph.cast.graph_at_precision`), or the
-    calibration's where there is one."""
+    """What a prediction is asked for besides the model, checked and resolved once where it enters the library
+    and passed whole below it: nothing under it reads a name again. ``precision`` None is the model's own
+    (:func:`~dippm_nas.graph.cast.graph_at_precision`), or the calibration's where there is one."""
 
     gpu: Device
-    precision: str | None
+    precision: Precision | None
     layout: str
     mig_margin: float
     mode: str
-    host: str | HostProfile | None
+    host: HostProfile
     calibration: Calibration | None = None
+    cost_model: str = AUTO
 
     @classmethod
-    def checked(cls, device: str | Device, precision: str | None, layout: str, mig_margin: float, mode: str,
-                host: str | HostProfile | None, calibration: CalibrationLike = None, cost_model: str = AUTO
-                ) -> Request:
+    def checked(cls, device: str | Device, precision: str | Precision | None, layout: str, mig_margin: float,
+                mode: str, host: str | HostProfile | None, calibration: CalibrationLike = None,
+                cost_model: str = AUTO) -> Request:
         """The request, or the DippmError of its first bad argument (each says what to do). A calibration
         (a file's path, or one loaded) must be of the device's GPU, the precision and the mode; ``cost_model``
-        is checked here, before any export, and passed on beside the request."""
+        is checked here, before any export."""
         check_cost_model(cost_model)
         gpu = get_device(device)
         if precision is not None:
-            precision = check_precision(precision)
+            precision = precision_named(precision)
         layout = check_layout(layout)
         check_mig_margin(mig_margin)
         mode = check_mode(mode)
-        get_host_profile(host)
+        host = get_host_profile(host)
         if calibration is not None and not isinstance(calibration, Calibration | str | os.PathLike):
             raise DippmError(f"calibration must be the path of a `dippm-nas calibrate` file (or a Calibration), not "
                              f"{calibration!r}.")
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = load_calibration(calibration)
         if calibration is not None:
-            precision = precision or calibration.precision
-            calibration.check_for(gpu.whole_gpu().key, precision, mode)
-        return cls(gpu, precision, layout, mig_margin, mode, host, calibration)
+            precision = precision or precision_named(calibration.precision)
+            calibration.check_for(gpu.whole_gpu().key, precision.name, mode)
+        return cls(gpu, precision, layout, mig_margin, mode, host, calibration, cost_model)
 
     def on(self, gpu: Device) -> Request:
         """The same request on another device (a MIG slice of this one)."""
@@ -105,19 +107,18 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     calibration's leave-one-out error. One of another GPU, precision or mode is refused.
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
-    return _predict_checked(graph, request, cost_model)
+    return predict_request(graph, request)
 
 
-def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Prediction:
-    """:func:`predict_graph` for a request already checked."""
-    graph, numbers, precision_notes = graph_at_precision(graph, request.precision)
-    gpu, precision, layout, mig_margin = request.gpu, numbers.name, request.layout, request.mig_margin
-    mode, host = request.mode, request.host
+def predict_request(graph: ModelGraph, request: Request) -> Prediction:
+    """:func:`predict_graph` for a request already checked and resolved."""
+    graph, precision, precision_notes = graph_at_precision(graph, request.precision)
+    gpu, layout, mig_margin, mode = request.gpu, request.layout, request.mig_margin, request.mode
     calibration = request.calibration
-    if calibration is not None and precision != request.precision:
-        calibration.check_for(gpu.whole_gpu().key, precision, mode)
-    host_profile = calibration.host_profile() if calibration else get_host_profile(host)
-    estimate, fallback = estimate_with(graph, gpu, precision, layout, cost_model, mode=mode, host=host,
+    if calibration is not None and precision is not request.precision:
+        calibration.check_for(gpu.whole_gpu().key, precision.name, mode)
+    host = calibration.host_profile() if calibration else request.host
+    estimate, fallback = estimate_with(graph, gpu, precision, layout, request.cost_model, mode=mode, host=host,
                                        calibration=calibration)
     need = required_memory(estimate.memory_mib, mig_margin)
     fits_memory = need <= gpu.memory_mib
@@ -132,11 +133,11 @@ def _predict_checked(graph: ModelGraph, request: Request, cost_model: str) -> Pr
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mib=estimate.memory_mib, mig_profile=profile, device=gpu.key,
-        precision=precision, batch=graph.batch, cost_model=estimate.cost_model, answered_by=estimate.answered_by,
+        precision=precision.name, batch=graph.batch, cost_model=estimate.cost_model, answered_by=estimate.answered_by,
         layout=layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=estimate.error,
-        mode=mode, host=host_profile.name if mode == "eager" else "", estimate=estimate,
+        mode=mode, host=host.name if mode == "eager" else "", estimate=estimate,
     )
 
 
@@ -199,7 +200,7 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     ('operators', '1g.10gb', True, True)
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
-    return _predict_checked(checked_graph(model, input_shape, batch), request, cost_model)
+    return predict_request(checked_graph(model, input_shape, batch), request)
 
 
 def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: int = 8,
@@ -223,7 +224,7 @@ def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: in
         except DippmError as exc:
             named = model if isinstance(model, str | os.PathLike) else type(model).__name__
             raise DippmError(f"model {i} ({named}): {exc}") from exc
-        out.append(_predict_checked(graph, request, cost_model))
+        out.append(predict_request(graph, request))
     return out
 
 
@@ -286,18 +287,30 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     ('1g.10gb', True, 'operators', 1)
     """
     request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
+    _mig_gpu(request)  # before the export
+    graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
+    return slice_estimates(graph, request)
+
+
+def _mig_gpu(request: Request) -> Device:
+    """The whole GPU of the request's device, or a DippmError where it has no MIG."""
     gpu = request.gpu.whole_gpu()
     if not gpu.has_mig:
         raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
                          + ", ".join(d.key for d in _mig_devices()) + ".")
-    graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
-    whole = _predict_checked(graph, request.on(gpu), cost_model)
-    answered_by = whole.answered_by  # the same model on every slice as on the whole GPU
-    graph = graph_at_precision(graph, whole.precision)[0]  # cast once, not once a slice
-    request = replace(request, precision=whole.precision)
+    return gpu
+
+
+def slice_estimates(graph: ModelGraph, request: Request) -> list[SliceEstimate]:
+    """:func:`mig_table` for a graph and a request already checked and resolved."""
+    gpu = _mig_gpu(request)
+    graph, precision, _ = graph_at_precision(graph, request.precision)  # cast once, not once a slice
+    request = replace(request, precision=precision)
+    whole = predict_request(graph, request.on(gpu))
+    request = replace(request, cost_model=whole.answered_by)  # the same model on every slice as on the whole GPU
     rows = []
     for profile in gpu.mig_profiles:
-        p = _predict_checked(graph, request.on(gpu.as_slice(profile)), answered_by)
+        p = predict_request(graph, request.on(gpu.as_slice(profile)))
         rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count, bool(p.fits), p.latency_ms,
                                   p.energy_j, p.memory_mib, p.energy_j_per_sample, p.cost_model))
     return rows

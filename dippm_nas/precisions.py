@@ -116,6 +116,10 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 )}
 
 
+#: A precision as functions below a request take it: its name, or the :class:`Precision` the request resolved.
+PrecisionLike = str | Precision
+
+
 def precision_of_weights(dtype: str) -> Precision | None:
     """The precision of a model whose floating weights are all ``dtype``: the half-weights row of that dtype,
     None for float32 (or any dtype no row casts to).
@@ -137,12 +141,15 @@ def precision_help() -> str:
     return "; ".join(f"{p.name}: {p.description}" for p in PRECISIONS.values())
 
 
-def precision_named(name: str) -> Precision:
-    """The precision called ``name``; an unknown name raises DippmError listing the known ones.
+def precision_named(name: PrecisionLike) -> Precision:
+    """The precision called ``name`` (read once, where a request enters the library: a :class:`Precision` is
+    itself); an unknown name raises DippmError listing the known ones.
 
-    >>> precision_named("fp16").autocast
-    True
+    >>> precision_named("fp16").autocast, precision_named(PRECISIONS["fp16"]) is PRECISIONS["fp16"]
+    (True, True)
     """
+    if isinstance(name, Precision):
+        return name
     key = name.strip().lower() if isinstance(name, str) else name  # FP16 is fp16, as A100-40GB is a100-40gb
     if key not in PRECISIONS:
         raise DippmError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}."

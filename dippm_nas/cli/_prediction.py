@@ -73,25 +73,23 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def checked_calibration(args: argparse.Namespace):
-    """``--calibration`` loaded and checked against the device, precision and mode, before the model is built."""
-    if args.calibration is None:
-        return None
+def checked_request(args: argparse.Namespace):
+    """The request the arguments make, checked and resolved (``--calibration`` loaded and checked against the
+    device, precision and mode) before the model is built."""
     from dippm_nas._predict import Request
 
     return Request.checked(args.device, args.precision, args.layout, args.mig_margin, args.mode, args.host,
-                           args.calibration).calibration
+                           args.calibration, args.cost_model)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``dippm-nas predict``: the arguments are checked before the library's heavy parts are imported."""
     check_model_args(args)
-    from dippm_nas._predict import checked_graph, predict_graph, slowest_operators
+    from dippm_nas._predict import checked_graph, predict_request, slowest_operators
 
-    calibration = checked_calibration(args)
+    request = checked_request(args)
     graph = checked_graph(args.model, inputs_of(args), args.batch)
-    p = predict_graph(graph, args.device, args.precision, cost_model=args.cost_model, mig_margin=args.mig_margin,
-                      layout=args.layout, mode=args.mode, host=args.host, calibration=calibration)
+    p = predict_request(graph, request)
     operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
     if args.json:
         out = p.to_dict()
@@ -153,15 +151,12 @@ def cmd_mig(args: argparse.Namespace) -> int:
     """``dippm-nas mig``: the arguments, and that the device has MIG, are checked before the heavy imports."""
     check_model_args(args)
     check_has_mig(args.device)
-    from dippm_nas._predict import checked_graph, mig_table, predict_graph
-    from dippm_nas.hardware.registry import get_device
+    from dippm_nas._predict import checked_graph, predict_request, slice_estimates
 
-    execution = {"layout": args.layout, "mode": args.mode, "host": args.host,
-                 "calibration": checked_calibration(args)}
+    request = checked_request(args)
     graph = checked_graph(args.model, inputs_of(args), args.batch)
-    gpu = get_device(args.device).whole_gpu().key  # a slice key stands for its GPU, as in mig_table
-    whole = predict_graph(graph, gpu, args.precision, args.cost_model, args.mig_margin, **execution)
-    rows = mig_table(graph, args.device, args.precision, args.cost_model, args.mig_margin, **execution)
+    whole = predict_request(graph, request.on(request.gpu.whole_gpu()))  # a slice key stands for its GPU
+    rows = slice_estimates(graph, request)
     if args.json:
         print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),
                           "profiles": [r.to_dict() for r in rows],
@@ -182,10 +177,9 @@ def cmd_mig(args: argparse.Namespace) -> int:
                                "J/sample"]))
     for note in whole.notes:
         print(f"note: {note}")
-    asked = get_device(args.device)
-    if asked.slice_of:
-        print(f"note: {args.device} names one slice; mig lists every slice of {gpu} (`dippm-nas predict --device "
-              f"{args.device}` predicts that one alone)")
+    if request.gpu.slice_of:
+        print(f"note: {args.device} names one slice; mig lists every slice of {whole.device} (`dippm-nas predict "
+              f"--device {args.device}` predicts that one alone)")
     return 0
 
 

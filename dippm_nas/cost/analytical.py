@@ -55,8 +55,8 @@ from dippm_nas.graph import operators
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.operators.attention import math_fallback_cost
-from dippm_nas.hardware.registry import Device, check_layout, check_precision
-from dippm_nas.precisions import HALF_FORMATS, TF32_FLAGS, precision_named
+from dippm_nas.hardware.registry import Device, check_layout
+from dippm_nas.precisions import HALF_FORMATS, TF32_FLAGS, PrecisionLike, precision_named
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
@@ -145,7 +145,7 @@ def torch_release(version: str | None) -> tuple[int, int] | None:
 BOUNDS = ("compute", "memory", "overhead", "free")
 
 
-def _element_bytes(precision: str) -> int | None:
+def _element_bytes(precision: PrecisionLike) -> int | None:
     """Bytes of an element autocast runs at, None without autocast: which allocations the table replays."""
     numbers = precision_named(precision)
     return numbers.element_bytes if numbers.autocast else None
@@ -156,7 +156,7 @@ def _library_kinds(table: NodeTable) -> np.ndarray:
     return operators.kind_table().has_library[table.kind]
 
 
-def _peak_live(table: NodeTable, precision: str, casts: np.ndarray, workspace: np.ndarray) -> float:
+def _peak_live(table: NodeTable, precision: PrecisionLike, casts: np.ndarray, workspace: np.ndarray) -> float:
     """Peak bytes of the live outputs plus each operator's transient bytes while it runs."""
     inputs = table.input_bytes
     if not len(table):
@@ -186,7 +186,7 @@ def queued_latency(time_s: np.ndarray, host_s: np.ndarray, gpu_scales: np.ndarra
     return (issued[None, :] + gpu_scales[:, None] * remaining[None, :]).max(axis=1)
 
 
-def peak_tflops(library: str | None, device: Device, precision: str) -> float:
+def peak_tflops(library: str | None, device: Device, precision: PrecisionLike) -> float:
     """The peak of the unit that runs an operator whose arithmetic runs in ``library`` (``cudnn``,
     ``cublas``, None for neither) at ``precision``, as PyTorch runs it (:mod:`dippm_nas.precisions`): in
     ``fp32`` cuDNN convolutions on TF32 tensor cores where the GPU has them and cuBLAS matrix products in full FP32,
@@ -212,7 +212,7 @@ def _half_peaks(table: NodeTable, device: Device) -> np.ndarray:
     return np.asarray(peaks)[table.operand_half]
 
 
-def _tensor_core_units(table: NodeTable, precision: str) -> np.ndarray:
+def _tensor_core_units(table: NodeTable, precision: PrecisionLike) -> np.ndarray:
     """Per operator, the tensor cores its arithmetic would run on, by format: the half dtype of its own
     operands, else the precision's half format, else TF32."""
     numbers = precision_named(precision)
@@ -221,7 +221,7 @@ def _tensor_core_units(table: NodeTable, precision: str) -> np.ndarray:
     return np.asarray([f"tensor cores ({name.upper()})" for name in formats])[table.operand_half]
 
 
-def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: str) -> np.ndarray:
+def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: PrecisionLike) -> np.ndarray:
     """Per operator, the unit the roofline priced its arithmetic on, from the peak it used (``Roofline.peak``):
     tensor cores (TF32, FP16, BF16) where that peak is above the FP32 one, the CUDA cores otherwise
     (in FP32 for a matrix product, attention or convolution kept off the tensor cores); '' for a view."""
@@ -232,7 +232,7 @@ def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: str)
     return np.where(table.is_view, "", units).astype(object)  # Python strings, as a NodeCost holds them
 
 
-def operator_units(table: NodeTable, device: Device, precision: str,
+def operator_units(table: NodeTable, device: Device, precision: PrecisionLike,
                    release: tuple[int, int] | None = None) -> np.ndarray:
     """Per operator, the unit its arithmetic runs on at ``precision``, as the roofline prices it: tensor
     cores (TF32, FP16, BF16) for matrix products, attention and convolutions whose channels suit them where the
@@ -251,14 +251,15 @@ def operator_units(table: NodeTable, device: Device, precision: str,
                     precision)
 
 
-def precision_note(table: NodeTable, units: np.ndarray, device: Device, precision: str) -> tuple[str, ...]:
+def precision_note(table: NodeTable, units: np.ndarray, device: Device, precision: PrecisionLike) -> tuple[str, ...]:
     """At PyTorch's fp32 defaults on a GPU with TF32, which of the model's convolutions and matrix products run on
     TF32 tensor cores and which in full FP32: the flags decide, not the model. Each category a note tells
     apart (its ``noun``) gets a part, by the TF32 flag of its library."""
-    if precision != "fp32" or not device.tf32_tflops:
+    numbers = precision_named(precision)
+    if numbers.name != "fp32" or not device.tf32_tflops:
         return ()
     tf32 = units == "tensor cores (TF32)"
-    flags = precision_named(precision).tf32
+    flags = numbers.tf32
     parts = []
     for category in operators.categories():
         members = table.category == category.index
@@ -317,7 +318,7 @@ class AnalyticalCostModel:
 
     name = "analytical"
 
-    def roofline(self, table: NodeTable, device: Device, precision: str, layout: str = "nchw",
+    def roofline(self, table: NodeTable, device: Device, precision: PrecisionLike, layout: str = "nchw",
                  release: tuple[int, int] | None = None, *, mode: str = "eager",
                  host: str | HostProfile | None = None) -> Roofline:
         """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one.
@@ -385,7 +386,7 @@ class AnalyticalCostModel:
                         host_s=host_seconds(view, half, mode, host), peak=peak)
 
     # -- memory ---------------------------------------------------------------------------------
-    def transient_bytes(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None
+    def transient_bytes(self, table: NodeTable, precision: PrecisionLike, release: tuple[int, int] | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes each operator holds only while it runs: the cast copies it makes before it allocates
         its output, and the workspace it allocates after (one column per tensor).
@@ -416,11 +417,13 @@ class AnalyticalCostModel:
         return (np.column_stack([weight, table.autocast.copies(h)]),
                 np.column_stack([table.nhwc_copy_numel * float(h), table.nhwc_output_bytes(h), held]))
 
-    def peak_activations(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> float:
+    def peak_activations(self, table: NodeTable, precision: PrecisionLike,
+                         release: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""
         return _peak_live(table, precision, *self.transient_bytes(table, precision, release))
 
-    def memory(self, table: NodeTable, precision: str, release: tuple[int, int] | None = None) -> MemoryBreakdown:
+    def memory(self, table: NodeTable, precision: PrecisionLike,
+               release: tuple[int, int] | None = None) -> MemoryBreakdown:
         """What the process holds: the context outside the caching allocator, and the allocator's
         peak reserved segments (:func:`~dippm_nas.cost.allocator.replay`) split into what is live at
         the activations' peak and the allocator's rounding and fragmentation on top."""
@@ -434,7 +437,7 @@ class AnalyticalCostModel:
                                KERNEL_MODULES_MIB)
 
     # -- the whole graph ------------------------------------------------------------------------
-    def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
+    def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: PrecisionLike,
                   graph: ModelGraph | None = None, release: tuple[int, int] | None = None,
                   host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory from a roofline; the per-operator costs when ``graph`` is given."""
@@ -454,7 +457,7 @@ class AnalyticalCostModel:
         return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=memory.total_mib,
                         cost_model=self.name, answered_by=self.name, memory=memory, nodes=nodes, notes=notes)
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs,
         and (``error``) the model's latency error on the measured records most like the request
@@ -472,7 +475,7 @@ class AnalyticalCostModel:
         >>> estimate.top_nodes(1)[0].op
         'nn.conv2d'
         """
-        check_precision(precision)
+        precision, host = precision_named(precision), get_host_profile(host)
         check_layout(layout)
         graph = graph_at_precision(graph, precision)[0]
         table = node_table(graph)

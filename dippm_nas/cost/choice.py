@@ -26,7 +26,7 @@ from dippm_nas.cost.host import HostProfile
 from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
-from dippm_nas.precisions import precision_named
+from dippm_nas.precisions import PrecisionLike, precision_named
 
 #: What the user asks for to let this module choose.
 AUTO = "auto"
@@ -52,7 +52,7 @@ def check_cost_model(name: str) -> str:
     return name
 
 
-def estimate_with(graph: ModelGraph, gpu: Device, precision: str, layout: str, cost_model: str = AUTO, *,
+def estimate_with(graph: ModelGraph, gpu: Device, precision: PrecisionLike, layout: str, cost_model: str = AUTO, *,
                   mode: str = "eager", host: str | HostProfile | None = None,
                   calibration: Calibration | None = None) -> tuple[Estimate, tuple[str, ...]]:
     """The estimate of the model ``cost_model`` names (``auto``: this module's choice), and the notes that say
@@ -100,7 +100,7 @@ def _regimes(path: Path) -> tuple[dict, ...]:
     return tuple(json.loads(path.read_text()).get("regimes", ())) if path.exists() else ()
 
 
-def residual_regime(precision: str, batch: int, path: Path | None = None) -> dict | None:
+def residual_regime(precision: PrecisionLike, batch: int, path: Path | None = None) -> dict | None:
     """The residual card's regime that holds a request at ``precision`` and ``batch``, or None where the operator
     model answers alone (``path``: a card other than the shipped). A precision no record measured (bf16, half
     weights) has no regime: nothing showed the residual helps there.

@@ -34,6 +34,7 @@ from functools import cache
 from pathlib import Path
 
 from dippm_nas.hardware.registry import Device, get_device
+from dippm_nas.precisions import PrecisionLike, precision_named
 
 #: The shipped table, read at prediction time.
 TABLE = Path(__file__).resolve().parent / "weights" / "error_table.json"
@@ -163,8 +164,9 @@ def _group_for(cost_model: str, family_in_training: bool | None, gpu_in_training
 _GROUP_SPLIT = {"pmgns/random": "random", "pmgns/family": "family", "analytical/all": "random"}
 
 
-def lookup(cost_model: str, device: str | Device, precision: str, batch: int, *, family_in_training: bool | None = None,
-           gpu_in_training: bool = True, table: dict | None = None) -> ErrorFigure | None:
+def lookup(cost_model: str, device: str | Device, precision: PrecisionLike, batch: int, *,
+           family_in_training: bool | None = None, gpu_in_training: bool = True,
+           table: dict | None = None) -> ErrorFigure | None:
     """The error figure for a prediction by ``cost_model`` (``operators``, ``pmgns`` or ``analytical``; a label such as
     ``"pmgns (latency learned; ...)"`` works too) on ``device`` (a key or a :class:`Device`, one of the user's
     own too; a MIG slice counts as its whole GPU) at
@@ -177,6 +179,7 @@ def lookup(cost_model: str, device: str | Device, precision: str, batch: int, *,
     table = table if table is not None else load_table()
     if table is None:
         return None
+    precision = precision_named(precision).name
     model = cost_model.split(" ")[0]
     group = _group_for(model, family_in_training, gpu_in_training)
     device = get_device(device)

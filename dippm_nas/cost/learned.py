@@ -32,7 +32,7 @@ from dippm_nas.cost.card import WEIGHTS, Card, load_card, reference_mismatch
 from dippm_nas.cost.coverage import no_weights, not_covered, raw_card, read_as, weights_available
 from dippm_nas.cost.error_table import ErrorFigure, lookup
 from dippm_nas.cost.features import adjacency, dense_node_features, node_feature_matrix, one_hot_columns, one_hot_width
-from dippm_nas.cost.host import DEFAULT_HOST, HostProfile, get_host_profile
+from dippm_nas.cost.host import DEFAULT_HOST, HOST_PROFILES, HostProfile, get_host_profile
 from dippm_nas.cost.learned_inputs import RecordInputs, Timing, record_inputs
 from dippm_nas.cost.pmgns import FUSED_PREFIX, MAX_LOG_RATIO, PMGNS, TARGETS, FusedSage, log_latency
 from dippm_nas.cost.table import node_table
@@ -42,7 +42,7 @@ from dippm_nas.graph.cast import cast_floats, graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
 from dippm_nas.modes import check_mode
-from dippm_nas.precisions import FULL_DTYPE, precision_named
+from dippm_nas.precisions import FULL_DTYPE, PRECISIONS, Precision, PrecisionLike, precision_named
 
 
 @cache
@@ -154,7 +154,7 @@ class PMGNSCostModel:
         (:func:`dippm_nas.cost.coverage.not_covered`), then its reference inputs, checked once."""
         return not_covered(precision, self.path) or _inputs_mismatch(self.path, operators.fingerprint())
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, under the newest PyTorch
         the card has records of on ``device``.
@@ -168,27 +168,27 @@ class PMGNSCostModel:
         cannot read, or a graph without operators; the notes say how far the request is from the training
         data, and ``error`` how far off PMGNS was on comparable held-out records.
         """
-        reason = self.covers(device, precision)
+        numbers, host = precision_named(precision), get_host_profile(host)
+        reason = self.covers(device, numbers.name)
         if reason:
             raise NotCovered(reason)
         if not graph.nodes:  # its latency and energy are 0: no ratio of them to learn
             raise NotCovered(f"{graph.name or 'the model'} runs no operators")
         gpu = device.whole_gpu()
-        read_precision = read_as(precision, self.card.precisions)
-        graph = graph_at_precision(graph, precision)[0]
-        read_graph = _as_read(graph, precision, read_precision)
+        read = PRECISIONS[read_as(numbers.name, self.card.precisions)]
+        graph = graph_at_precision(graph, numbers)[0]
+        read_graph = _as_read(graph, numbers, read)
         table = node_table(graph)  # its per-sample columns are the batch-1 graph's
         # the Device itself, not its key: a user's Device whose values differ from its key's row is read as given
-        request = {"batch": graph.batch, "device": gpu, "precision": read_precision, "layout": layout,
-                   "torch": self.card.runtime(gpu.key)}
+        request = {"batch": graph.batch, "device": gpu, "precision": read, "layout": layout,
+                   "torch": self.card.runtime(gpu.key), "host": HOST_PROFILES[DEFAULT_HOST]}  # as the records ran
         inputs = record_inputs(node_table(read_graph), request, self.analytical, self.timing)
         with torch.inference_mode(), one_thread():
             out = self._correction(read_graph, inputs)  # [members, targets]
             execution = {"mode": check_mode(mode), "host": host}
-            if (device.slice_of or read_precision != precision or mode != "eager"
-                    or get_host_profile(host).name != DEFAULT_HOST):
+            if device.slice_of or read is not numbers or mode != "eager" or host.name != DEFAULT_HOST:
                 # the correction of the request as measured, on the request's own roofline and queue
-                inputs = record_inputs(table, request | {"device": device, "precision": precision} | execution,
+                inputs = record_inputs(table, request | {"device": device, "precision": numbers} | execution,
                                        self.analytical, self.timing)
             curve = torch.from_numpy(inputs.latency_curve).float()[None].expand(len(out), -1)
             latency_ms = math.exp(float(log_latency(curve, out[:, 0]).mean()))  # the members' geometric mean
@@ -203,7 +203,7 @@ class PMGNSCostModel:
         energy = analytical.energy_j * ratio["energy_j" if "energy_j" in learned else "latency_ms"]
         memory = analytical.memory_mib * (ratio["memory_mb"] if "memory_mb" in learned else 1.0)
         seen_gpu = gpu.key in self.card.devices
-        error = lookup(self.name, device, precision, graph.batch,
+        error = lookup(self.name, device, numbers, graph.batch,
                        family_in_training=graph.family in self.card.families, gpu_in_training=seen_gpu)
         read_notes = (f"MIG slice {device.slice_of}: no slice was measured; PMGNS's correction of the whole "
                       f"{gpu.key} is applied to the slice's roofline (its SMs and share of memory bandwidth)",
@@ -212,21 +212,21 @@ class PMGNSCostModel:
             read_notes += (f"no record of {gpu.key} was in PMGNS's training data: the network reads its spec sheet "
                            f"(peaks, bandwidth, SMs, L2, TDP) at PyTorch {request['torch']}; docs/transfer.md gives "
                            "its error on each GPU held out of training",)
-        if read_precision != precision:
-            read_notes += (f"no {precision} record was in PMGNS's training data: its correction of the request at "
-                           f"{read_precision} is applied to the {precision} roofline",)
+        if read is not numbers:
+            read_notes += (f"no {numbers.name} record was in PMGNS's training data: its correction of the request at "
+                           f"{read.name} is applied to the {numbers.name} roofline",)
         estimate = Estimate(
             latency_ms=latency_ms, energy_j=energy, memory_mib=memory,
             memory=analytical.memory, cost_model=f"{self.name} ({_learned_label(learned)})", answered_by=self.name,
             notes=coverage_notes(self.card, graph.family, graph.batch, error) + read_notes
             + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), host,
-                               precision_named(precision).autocast),
+                               numbers.autocast),
             error=error,
         )
-        return self.finished(estimate, analytical.latency_ms, gpu_ratio, graph, device, precision, layout, execution)
+        return self.finished(estimate, analytical.latency_ms, gpu_ratio, graph, device, numbers, layout, execution)
 
     def finished(self, estimate: Estimate, base_ms: float, gpu_ratio: float, graph: ModelGraph, device: Device,
-                 precision: str, layout: str, execution: dict) -> Estimate:
+                 precision: Precision, layout: str, execution: dict) -> Estimate:
         """The estimate as answered, from the corrected one, the base's latency ``base_ms`` and the correction of
         the GPU's time ``gpu_ratio``: PMGNS's as it is (it corrects the total only, and times no operator)."""
         return estimate
@@ -250,11 +250,11 @@ class PMGNSCostModel:
         return torch.cat([model(x, adj, *one_graph, static, time_share) for model in self.models])
 
 
-def _as_read(graph: ModelGraph, precision: str, read_precision: str) -> ModelGraph:
-    """The graph the network reads a request at ``precision`` as, at ``read_precision``: a model of half weights
-    read as autocast's records ran theirs, with float32 weights; any other as it is."""
-    weights = precision_named(precision).weights_dtype
-    if weights is None or precision_named(read_precision).weights_dtype is not None:
+def _as_read(graph: ModelGraph, precision: Precision, read: Precision) -> ModelGraph:
+    """The graph the network reads a request at ``precision`` as, at ``read``: a model of half weights read as
+    autocast's records ran theirs, with float32 weights; any other as it is."""
+    weights = precision.weights_dtype
+    if weights is None or read.weights_dtype is not None:
         return graph
     return cast_floats(graph, weights, FULL_DTYPE)
 

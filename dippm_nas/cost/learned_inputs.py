@@ -21,13 +21,14 @@ from dippm_nas.cost.features import static_features
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
 from dippm_nas.cost.table import NodeTable
 from dippm_nas.hardware.registry import PRECISIONS, Device, get_device
+from dippm_nas.precisions import PrecisionLike, precision_named
 
 #: The bounds that take time (a view, "free", takes none).
 TIME_SHARES = tuple(b for b in BOUNDS if b != "free")
 
 #: Each operator's GPU seconds in place of the roofline's (table, roofline, device, precision): how a base other
 #: than the analytical model times them (the operator model's ``OperatorCostModel.operator_seconds``).
-Timing = Callable[[NodeTable, Roofline, Device, str], np.ndarray]
+Timing = Callable[[NodeTable, Roofline, Device, PrecisionLike], np.ndarray]
 
 
 #: The precisions with a one-hot column of their own: the network reads a model of half weights as its
@@ -35,7 +36,7 @@ Timing = Callable[[NodeTable, Roofline, Device, str], np.ndarray]
 PRECISION_COLUMNS = tuple(name for name, p in PRECISIONS.items() if p.weights_dtype is None)
 
 
-def device_features(device: Device, precision: str) -> dict[str, float]:
+def device_features(device: Device, precision: PrecisionLike) -> dict[str, float]:
     """A device's spec sheet as the learned model reads it: logs of its peaks (the tensor cores' at
     ``precision``), bandwidth, SMs, L2, TDP and memory."""
     return {
@@ -72,7 +73,7 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
     record was measured eager on its harness's host, the default. With ``timing`` the operators' GPU times are
     its, composed through the same queue: the base is that model's estimate, not the analytical one."""
     device = get_device(record_like["device"])
-    precision = record_like["precision"]
+    precision = precision_named(record_like["precision"])
     release = torch_release(record_like["torch"])
     mode, host = record_like.get("mode", "eager"), record_like.get("host")
     roofline = analytical.roofline(table, device, precision, record_like["layout"], release, mode=mode, host=host)
@@ -84,7 +85,7 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
     feats["batch"] = math.log(record_like["batch"])
     feats.update(device_features(device, precision))
     for p in PRECISION_COLUMNS:
-        feats[f"precision={p}"] = float(precision == p)
+        feats[f"precision={p}"] = float(precision.name == p)
     feats["layout_nhwc"] = float(record_like["layout"] == "nhwc")
     feats["torch_version"] = _torch_version(record_like["torch"])
     for bound in TIME_SHARES:

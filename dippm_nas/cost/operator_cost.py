@@ -25,7 +25,7 @@ from dippm_nas.cost.base import Estimate, NotCovered
 from dippm_nas.cost.calibration import Calibration
 from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
 from dippm_nas.cost.error_table import lookup
-from dippm_nas.cost.host import HostProfile
+from dippm_nas.cost.host import HostProfile, get_host_profile
 from dippm_nas.cost.kernel_structure import (
     GEMM_GROUPS,
     GROUPS,
@@ -38,8 +38,8 @@ from dippm_nas.cost.table import FULL_BYTES, HALF_BYTES, SHAPE_COLUMNS, NodeTabl
 from dippm_nas.graph import operators
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.registry import Device, check_layout, check_precision
-from dippm_nas.precisions import precision_named
+from dippm_nas.hardware.registry import Device, check_layout
+from dippm_nas.precisions import PrecisionLike, precision_named
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def kernel_groups(table: NodeTable) -> np.ndarray:
     return np.where(table.cuda_core_conv, GROUPS.index("conv_cuda_cores"), _group_of_kind()[table.kind])
 
 
-def kernel_columns(table: NodeTable, peak: np.ndarray, device: Device, precision: str) -> KernelColumns:
+def kernel_columns(table: NodeTable, peak: np.ndarray, device: Device, precision: PrecisionLike) -> KernelColumns:
     """A graph's operators as the operator model reads them, on the units ``peak`` (the roofline's) prices
     them on. The bytes are what each operator itself must move at its dtype; autocast's casts and cuDNN's
     transposes stay the roofline's."""
@@ -146,7 +146,7 @@ class OperatorCostModel:
         card = load(self.path).card
         return frozenset(card["trained_on"]) | frozenset(card.get("records", ()))
 
-    def operator_seconds(self, table: NodeTable, roofline: Roofline, device: Device, precision: str,
+    def operator_seconds(self, table: NodeTable, roofline: Roofline, device: Device, precision: PrecisionLike,
                          calibration: Calibration | None = None) -> np.ndarray:
         """Each operator's GPU seconds: the roofline's time beyond its core, plus the kernel's learned time;
         never below the roofline; scaled by ``calibration`` where one is given."""
@@ -154,7 +154,7 @@ class OperatorCostModel:
         return seconds if calibration is None else calibration.scale_times(seconds, gemm_class)
 
     def timed_operators(self, table: NodeTable, roofline: Roofline, device: Device,
-                        precision: str) -> tuple[np.ndarray, np.ndarray]:
+                        precision: PrecisionLike) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`operator_seconds` uncalibrated, and which operators are GEMM-class (a calibration scales
         them apart from the others)."""
         from dippm_nas.cost.operator_model import load
@@ -162,7 +162,7 @@ class OperatorCostModel:
         columns = kernel_columns(table, roofline.peak, device, precision)
         core, floor = core_and_floor(columns, roofline, device)
         model = load(self.path)
-        key = (id(model), device, precision, roofline.peak.tobytes())
+        key = (id(model), device, precision_named(precision).name, roofline.peak.tobytes())
         known = _KERNEL_SECONDS.setdefault(table, {}).get(key)
         if known is None:  # the network runs once per graph and request, however many estimates read it
             run = np.flatnonzero(~table.is_view)
@@ -173,8 +173,9 @@ class OperatorCostModel:
         seconds = np.where(table.is_view, 0.0, np.maximum(np.maximum(roofline.time_s - core, 0.0) + learned, floor))
         return seconds, np.isin(columns.group, [GROUPS.index(g) for g in GEMM_GROUPS])
 
-    def latency_parts(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
-                      mode: str = "eager", host: str | HostProfile | None = None) -> LatencyParts:
+    def latency_parts(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32",
+                      layout: str = "nchw", *, mode: str = "eager",
+                      host: str | HostProfile | None = None) -> LatencyParts:
         """What a calibration scales, per operator in issue order: the GPU seconds of the GEMM-class kernels
         and of the others, and the host's seconds to issue each."""
         table = node_table(graph_at_precision(graph, precision)[0])
@@ -183,7 +184,7 @@ class OperatorCostModel:
         return LatencyParts(np.where(gemm_class, seconds, 0.0), np.where(gemm_class, 0.0, seconds), roofline.host_s,
                             float(roofline.busy_s.sum()))
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str = "fp32", layout: str = "nchw", *,
+    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
                  mode: str = "eager", host: str | HostProfile | None = None,
                  calibration: Calibration | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, with each operator's time;
@@ -192,13 +193,12 @@ class OperatorCostModel:
 
         Raises NotCovered without a trained model that matches this version, and DippmError for an unknown
         precision or layout, or a precision the device has no tensor cores for."""
-        check_precision(precision)
+        precision = precision_named(precision)
         check_layout(layout)
         reason = self.covers()
         if reason:
             raise NotCovered(reason)
-        if calibration is not None:
-            host = calibration.host_profile()
+        host = calibration.host_profile() if calibration is not None else get_host_profile(host)
         graph = graph_at_precision(graph, precision)[0]
         table = node_table(graph)
         roofline = self.analytical.roofline(table, device, precision, layout, mode=mode, host=host)
@@ -214,7 +214,7 @@ class OperatorCostModel:
             return replace(estimate, error=calibration.error())
         return replace(estimate, error=lookup(self.name, device, precision, graph.batch))
 
-    def _notes(self, device: Device, precision: str) -> tuple[str, ...]:
+    def _notes(self, device: Device, precision: PrecisionLike) -> tuple[str, ...]:
         """Which data backs the operators' units at this precision and on this GPU."""
         from dippm_nas.cost.operator_model import load
 

@@ -28,6 +28,7 @@ from dippm_nas.cost.learned_inputs import Timing
 from dippm_nas.cost.operator_cost import OperatorCostModel
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
+from dippm_nas.precisions import Precision
 
 #: Where the shipped residual's weights and card are.
 RESIDUAL_WEIGHTS = WEIGHTS / "residual"
@@ -66,7 +67,7 @@ class ResidualCostModel(PMGNSCostModel):
         return None
 
     def finished(self, estimate: Estimate, base_ms: float, gpu_ratio: float, graph: ModelGraph, device: Device,
-                 precision: str, layout: str, execution: dict) -> Estimate:
+                 precision: Precision, layout: str, execution: dict) -> Estimate:
         """The corrected estimate with a note of how far the residual moved the operator model's latency, and
         each operator's time: the operator model's, scaled as the residual scales the GPU's time."""
         timed = self.operators.estimate(graph, device, precision, layout, **execution)

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import Tensor
-from dippm_nas.precisions import DEFAULT_PRECISION, Precision, precision_named, precision_of_weights
+from dippm_nas.precisions import DEFAULT_PRECISION, Precision, PrecisionLike, precision_named, precision_of_weights
 
 
 def _cast(tensors: tuple[Tensor, ...], source: str, target: str) -> tuple[Tensor, ...]:
@@ -53,7 +53,7 @@ def _cast_node(node: Node, source: str, target: str) -> Node:
     return replace(node, inputs=inputs, outputs=outputs, weights=weights)
 
 
-def graph_at_precision(graph: ModelGraph, asked: str | None) -> tuple[ModelGraph, Precision, tuple[str, ...]]:
+def graph_at_precision(graph: ModelGraph, asked: PrecisionLike | None) -> tuple[ModelGraph, Precision, tuple[str, ...]]:
     """The graph a prediction at ``asked`` prices (cast where the precision casts the model's weights), the
     precision it runs at, and the notes that say what was decided; ``asked`` None is the model's own
     precision: its half-weights precision where its floating weights are all half, else PyTorch's defaults.
@@ -75,8 +75,8 @@ def graph_at_precision(graph: ModelGraph, asked: str | None) -> tuple[ModelGraph
         if own is None:
             return graph, precision, ()
         return graph, own, (f"the model's weights are {own.weights_dtype}, so PyTorch runs it in {own.weights_dtype} "
-                            f"whatever {asked} sets: predicted at {own.name}; build it in float32 (model.float()) "
-                            f"to predict {asked}",)
+                            f"whatever {precision.name} sets: predicted at {own.name}; build it in float32 "
+                            f"(model.float()) to predict {precision.name}",)
     if own is precision:
         return graph, precision, ()
     source = own.weights_dtype if own is not None else "float32"

@@ -25,7 +25,7 @@ from dippm_nas.hardware.user_sheets import (
     user_directory,
     user_files,
 )
-from dippm_nas.precisions import PRECISIONS, precision_named
+from dippm_nas.precisions import PRECISIONS, PrecisionLike, precision_named
 
 GIB_IN_MIB = 1024.0
 
@@ -107,12 +107,13 @@ class Device:
         """
         return tuple(name for name, p in PRECISIONS.items() if getattr(self, f"{p.peak_column}_tflops"))
 
-    def tensor_tflops(self, precision: str) -> float:
+    def tensor_tflops(self, precision: PrecisionLike) -> float:
         """Peak of the units that run matmuls and convolutions at ``precision`` (its ``peak_column``)."""
-        peak = getattr(self, f"{precision_named(precision).peak_column}_tflops")
+        numbers = precision_named(precision)
+        peak = getattr(self, f"{numbers.peak_column}_tflops")
         if peak is None:
             raise DippmError(
-                f"{self.key} ({self.name}) has no {precision} tensor cores in its spec sheet; "
+                f"{self.key} ({self.name}) has no {numbers.name} tensor cores in its spec sheet; "
                 f"choose one of: {', '.join(self.precisions)}."
             )
         return peak

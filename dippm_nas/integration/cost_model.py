@@ -51,13 +51,14 @@ class HardwareCostModel:
                  mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None,
                  workers: int | None = None):
         from dippm_nas._predict import Request
-        from dippm_nas.cost.host import get_host_profile
 
         batch = check_batch(batch)
-        request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
-        self.device, self.precision, self.layout = request.gpu, request.precision, request.layout
-        self.mode = request.mode
-        self.host = get_host_profile(host).name
+        #: What every candidate is predicted with, checked and resolved once.
+        self.request = request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration,
+                                                 cost_model)
+        self.device, self.layout, self.mode = request.gpu, request.layout, request.mode
+        self.precision = request.precision.name if request.precision else None
+        self.host = request.host.name
         self.calibration = request.calibration
         self.batch = batch
         self.cost_model = cost_model
@@ -114,8 +115,9 @@ class HardwareCostModel:
     def predict(self, graph: ModelGraph, device: str | None = None) -> Prediction:
         """The prediction of a graph :meth:`graph` made, with this cost model's settings, on its device or
         on ``device`` (a MIG slice of it, ``a100-40gb:1g.5gb``, say)."""
-        from dippm_nas._predict import predict_graph
+        from dippm_nas._predict import predict_graph, predict_request
 
-        return predict_graph(graph, device or self.device, self.precision, self.cost_model,
-                             self.mig_margin, layout=self.layout, mode=self.mode, host=self.host,
-                             calibration=self.calibration)
+        if device is None:
+            return predict_request(graph, self.request)
+        return predict_graph(graph, device, self.precision, self.cost_model, self.mig_margin, layout=self.layout,
+                             mode=self.mode, host=self.request.host, calibration=self.calibration)
