@@ -22,7 +22,8 @@ from dippm_nas.training.evaluate import (
     format_intervals,
     format_metrics,
 )
-from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES
+from dippm_nas.training.held_out_errors import RECORD_KEYS
+from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES, summary
 from dippm_nas.training.train import TrainConfig
 from dippm_nas.training.transfer import TRANSFER_BARS, TransferEvaluation
 
@@ -193,6 +194,25 @@ def _training_settings(config: TrainConfig) -> str:
     return f"at most {config.epochs} epochs, patience {config.patience}, {networks}, {refit}"
 
 
+def keep_unscored(rows: list[dict[str, object]], path: Path) -> tuple[list[dict[str, object]], list[str]]:
+    """``rows`` (a leave-one-GPU-out run's held-out predictions) with the prediction columns of the models it did
+    not score kept from the file at ``path`` they replace, where that file holds the same held-out records (the
+    same data set), and the names of the columns kept: a run of some of the models leaves the others' alone."""
+    if not rows or not path.exists():
+        return rows, []
+    with path.open(newline="") as f:
+        old = list(csv.DictReader(f))
+    columns = [c for c in (old[0] if old else {}) if c.endswith("_ms") and c not in rows[0]]
+
+    def key(row: dict[str, object]) -> tuple[str, ...]:
+        return tuple("" if row[k] is None else str(row[k]) for k in ("split", *RECORD_KEYS))
+
+    earlier = {key(r): r for r in old}
+    if not columns or len(old) != len(rows) or set(earlier) != {key(r) for r in rows}:
+        return rows, []
+    return [r | {c: earlier[key(r)][c] for c in columns} for r in rows], columns
+
+
 def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Path) -> Path:
     """Write ``transfer.md`` (leave one GPU out), ``accuracy/transfer.json`` and every held-out prediction
     (``accuracy/transfer_predictions.csv``) under ``docs``; returns the Markdown file's path."""
@@ -236,7 +256,21 @@ def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Pat
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "accuracy").mkdir(parents=True, exist_ok=True)
     (docs / "accuracy" / "transfer.json").write_text(json.dumps(result.summary(), indent=1, default=float))
-    write_predictions(result.prediction_rows, docs / "accuracy" / "transfer_predictions.csv")
+    predictions = docs / "accuracy" / "transfer_predictions.csv"
+    rows, kept = keep_unscored(result.prediction_rows, predictions)
+    write_predictions(rows, predictions)
+    if kept:
+        lines += ["", "## Latency of the models this run did not score", "",
+                  f"Their held-out predictions of the same records are kept in `accuracy/{predictions.name}` from "
+                  "the last run that scored them (`--models` names the models a run scores).", "",
+                  "| held-out GPU | records | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|---|"]
+        for split in dict.fromkeys(r["split"] for r in rows):
+            mine = [r for r in rows if r["split"] == split]
+            truth = np.array([float(r["measured_ms"]) for r in mine])
+            for column in kept:
+                m = summary(np.array([float(r[column]) for r in mine]), truth)
+                lines.append(f"| {split.removeprefix('without ')} | {len(mine)} | {column.removesuffix('_ms')} | "
+                             f"{format_metrics(m)} |")
     path = docs / "transfer.md"
     path.write_text("\n".join(lines) + "\n")
     return path

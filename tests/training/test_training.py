@@ -447,6 +447,17 @@ def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu(small_training_set, 
     first = held_out[0]
     assert float(first["pmgns_ms"]) == pytest.approx(float(rtx.predicted["PMGNS"][0, 0]), rel=1e-5)
     assert float(first["measured_ms"]) == pytest.approx(float(rtx.measured[0, 0]), rel=1e-5)
+    # a run of the analytical model alone keeps PMGNS's predictions of the same records, and reports them
+    again = evaluate_transfer(ts, TrainConfig(epochs=1), gpus=["rtx4090", "h100-sxm"], models=("analytical",),
+                              progress=False)
+    report = write_transfer_report(again, ts, tmp_path).read_text()
+    with (tmp_path / "accuracy" / "transfer_predictions.csv").open() as f:
+        assert [r["pmgns_ms"] for r in csv.DictReader(f)] == [r["pmgns_ms"] for r in held_out]
+    assert "did not score" in report and "| rtx4090 | " in report.split("did not score")[1]
+    fewer = evaluate_transfer(ts, TrainConfig(epochs=1), gpus=["rtx4090"], models=("analytical",), progress=False)
+    write_transfer_report(fewer, ts, tmp_path)  # other records: nothing kept
+    with (tmp_path / "accuracy" / "transfer_predictions.csv").open() as f:
+        assert "pmgns_ms" not in next(csv.DictReader(f))
     with pytest.raises(ValueError, match="no record of t4"):
         evaluate_transfer(ts, TrainConfig(epochs=1), gpus=["t4"], models=("analytical",), progress=False)
 
