@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from dippm_nas.cost_model_names import CHOICES
 from dippm_nas.errors import DippmError
 
 
@@ -33,9 +34,8 @@ def inputs_of(args: argparse.Namespace) -> object:
     return ";".join(args.input) if args.input else None
 
 
-#: The cost models ``--cost-model`` takes: ``auto`` and every registered one (a test checks that these are
-#: :func:`dippm_nas.cost.cost_model_names`; the list is here so that the command line need not import them).
-COST_MODELS = ("auto", "analytical", "operators", "residual", "pmgns")
+#: The cost models ``--cost-model`` takes: ``auto`` and every shipped one.
+COST_MODELS = CHOICES
 #: The largest ``--mig-margin`` the command line takes: 1.0 asks a slice for twice the predicted memory.
 MAX_MIG_MARGIN = 1.0
 #: Suffixes of model files: a model argument ending in one that does not exist is answered at once.

@@ -23,6 +23,7 @@ from dippm_nas.cost.base import (
     get_cost_model,
     register_cost_model,
 )
+from dippm_nas.cost_model_names import SHIPPED
 
 
 def _operators() -> CostModel:
@@ -43,10 +44,9 @@ def _pmgns() -> CostModel:
     return PMGNSCostModel()
 
 
-register_cost_model("analytical", AnalyticalCostModel)
-register_cost_model("operators", _operators)
-register_cost_model("residual", _residual)
-register_cost_model("pmgns", _pmgns)
+_FACTORIES = {"analytical": AnalyticalCostModel, "operators": _operators, "residual": _residual, "pmgns": _pmgns}
+for _name in SHIPPED:
+    register_cost_model(_name, _FACTORIES[_name])
 
 __all__ = [
     "AnalyticalCostModel", "CostModel", "Estimate", "MemoryBreakdown", "NodeCost", "NotCovered", "Prediction",

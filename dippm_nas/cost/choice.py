@@ -23,13 +23,12 @@ from dippm_nas.cost.base import Estimate, NotCovered, cost_model_names, get_cost
 from dippm_nas.cost.calibration import CALIBRATED_MODEL, Calibration
 from dippm_nas.cost.card import WEIGHTS
 from dippm_nas.cost.host import HostProfile
+from dippm_nas.cost_model_names import AUTO
 from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
 from dippm_nas.precisions import PrecisionLike, precision_named
 
-#: What the user asks for to let this module choose.
-AUTO = "auto"
 #: The model ``auto`` answers with, the one it falls back to where that one declines, and the one that corrects
 #: it in the regimes of its card.
 DEFAULT_COST_MODEL = "operators"
