@@ -202,7 +202,7 @@ def _leave_one_gpu_out(args: argparse.Namespace, config) -> int:
     if args.ship:
         _write_error_table()
         if {"operators", "residual"} <= set(models):
-            from dippm_nas.training.residual import residual_regimes, ship_residual
+            from dippm_nas.training.residual_training import residual_regimes, ship_residual
 
             regimes = residual_regimes(result.summary())
             for r in regimes:

@@ -6,11 +6,11 @@ It reads a GPU nobody measured as its spec sheet, so it answers on every GPU and
 residual (:mod:`dippm_nas.cost.residual`: PMGNS over the operator model, bounded to a factor of two) corrects it
 in the regimes (a precision and a range of batches, in eager mode, as the records ran) where, each GPU held out in
 turn, the corrected model erred less than the operator model alone on every held-out GPU with records there:
-the residual's card lists them (``weights/residual.json``, written by :mod:`dippm_nas.training.residual`), and the
-prediction's notes say so and how far the residual moved it. Where the operator model's shipped weights do not
-match this version's features the analytical model (the roofline, which needs no training) answers, with a note
-that says why. A calibration (``dippm-nas calibrate``) fits the operator model, so a calibrated request is the
-operator model's, calibrated, without the residual.
+the residual's card lists them (``weights/residual.json``, written by
+:mod:`dippm_nas.training.residual_training`), and the prediction's notes say so and how far the residual moved
+it. Where the operator model's shipped weights do not match this version's features the analytical model (the
+roofline, which needs no training) answers, with a note that says why. A calibration (``dippm-nas calibrate``)
+fits the operator model, so a calibrated request is the operator model's, calibrated, without the residual.
 """
 
 from __future__ import annotations

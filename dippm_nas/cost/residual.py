@@ -5,7 +5,7 @@ connected head over the static features); what it reads and corrects is the oper
 operator's time the operator model's, composed through the same host queue, so its latency correction scales
 the operator model's GPU time and leaves the host's. It is bounded to a factor of two either way
 (:data:`~dippm_nas.cost.pmgns.RESIDUAL_LOG_RATIO`). It learns from whole-model records, each read through
-the operator model trained without that record's GPU (:mod:`dippm_nas.training.residual`), so what it learns is
+the operator model trained without that record's GPU (:mod:`dippm_nas.training.residual_training`), so what it learns is
 what the operator model misses on a GPU it never saw, the case a user of an unmeasured GPU is in.
 
 ``auto`` applies it only in the regimes the residual card lists (:mod:`dippm_nas.cost.choice`); asked for by

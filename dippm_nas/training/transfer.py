@@ -4,7 +4,7 @@ For each GPU with data, the learned models are trained without any of its record
 early stopping on a validation share of the other GPUs' records, so nothing is chosen on the held-out GPU; the
 operator model also without its operators and those of another board of its chip) and tested on all of them,
 beside the analytical model, which has nothing to train. The residual corrects the operator model that never
-saw the GPU, and learns from every other GPU's records read the same way (:mod:`dippm_nas.training.residual`).
+saw the GPU, and learns from every other GPU's records read the same way (:mod:`dippm_nas.training.residual_training`).
 Figures per GPU, and per precision and batch range within it, for latency and, where the GPU's records measured
 it, energy.
 """
@@ -23,7 +23,7 @@ from dippm_nas.training.evaluate import prediction_rows
 from dippm_nas.training.metrics import summary
 from dippm_nas.training.operator_data import OperatorSamples
 from dippm_nas.training.operator_records import RecordSet
-from dippm_nas.training.residual import fold_operator_models, held_out_training_set, residual_config
+from dippm_nas.training.residual_training import fold_operator_models, held_out_training_set, residual_config
 from dippm_nas.training.splits import BATCH_RANGES, Split, leave_gpu_out
 from dippm_nas.training.train import TrainConfig, applied_corrections, fit_split, predict_targets
 

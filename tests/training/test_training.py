@@ -472,7 +472,12 @@ def test_the_residual_corrects_the_operator_model_within_its_bound(small_trainin
     from dippm_nas.cost.learned import forget_loaded
     from dippm_nas.cost.operator_cost import OperatorCostModel
     from dippm_nas.cost.residual import ResidualCostModel
-    from dippm_nas.training.residual import RESIDUAL_CONFIG, held_out_training_set, residual_regimes, ship_residual
+    from dippm_nas.training.residual_training import (
+        RESIDUAL_CONFIG,
+        held_out_training_set,
+        residual_regimes,
+        ship_residual,
+    )
 
     ts = small_training_set
     estimates = held_out_training_set(ts.records, {gpu: OPERATOR_WEIGHTS for gpu in set(ts.devices)}, small_store)
