@@ -177,3 +177,13 @@ def test_an_operator_is_named_in_its_registry_entry_and_one_other_module():
         outside = [p.relative_to(ROOT) for p in naming if p.parent != REGISTRY]
         assert len(entries) == 1, f"{name} is named by {len(entries)} modules of the registry: {entries}"
         assert len(outside) <= 1, f"{name} is named outside its registry entry by {outside}"
+
+
+def test_no_two_modules_of_one_name():
+    """A name says where a thing lives: no two modules of the package share one (``__init__`` and ``__main__``
+    aside)."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.stem not in ("__init__", "__main__"):
+            seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
