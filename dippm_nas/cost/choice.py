@@ -75,7 +75,8 @@ def estimate_with(graph: ModelGraph, gpu: Device, precision: PrecisionLike, layo
     if regime is None or _operator_model_learned(gpu):
         return estimate, ()
     try:
-        corrected = get_cost_model(RESIDUAL_COST_MODEL).estimate(graph, gpu, precision, layout, **execution)
+        corrected = get_cost_model(RESIDUAL_COST_MODEL).estimate(graph, gpu, precision, layout, base=estimate,
+                                                                 **execution)
     except NotCovered as reason:
         return estimate, (f"the residual was not applied: {reason}",)
     figures = ", ".join(f"{g} {regime['residual_mape'][g]:.0%} against {regime['operators_mape'][g]:.0%}"

@@ -155,9 +155,11 @@ class PMGNSCostModel:
         return not_covered(precision, self.path) or _inputs_mismatch(self.path, operators.fingerprint())
 
     def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
-                 mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
+                 mode: str = "eager", host: str | HostProfile | None = None, base: Estimate | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, under the newest PyTorch
-        the card has records of on ``device``.
+        the card has records of on ``device``. ``base``: the estimate of the same request by the model this one
+        corrects, where the caller has it (``auto`` has the operator model's), so :meth:`finished` need not make
+        it again.
 
         On a MIG slice, the network reads the whole GPU's request, and its correction applies to the
         slice's roofline. So does a precision without records of its own, read as its stand-in, and another
@@ -223,10 +225,11 @@ class PMGNSCostModel:
                                numbers.autocast),
             error=error,
         )
-        return self.finished(estimate, analytical.latency_ms, gpu_ratio, graph, device, numbers, layout, execution)
+        return self.finished(estimate, analytical.latency_ms, gpu_ratio, graph, device, numbers, layout, execution,
+                             base)
 
     def finished(self, estimate: Estimate, base_ms: float, gpu_ratio: float, graph: ModelGraph, device: Device,
-                 precision: Precision, layout: str, execution: dict) -> Estimate:
+                 precision: Precision, layout: str, execution: dict, base: Estimate | None = None) -> Estimate:
         """The estimate as answered, from the corrected one, the base's latency ``base_ms`` and the correction of
         the GPU's time ``gpu_ratio``: PMGNS's as it is (it corrects the total only, and times no operator)."""
         return estimate

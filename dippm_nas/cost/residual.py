@@ -67,10 +67,11 @@ class ResidualCostModel(PMGNSCostModel):
         return None
 
     def finished(self, estimate: Estimate, base_ms: float, gpu_ratio: float, graph: ModelGraph, device: Device,
-                 precision: Precision, layout: str, execution: dict) -> Estimate:
+                 precision: Precision, layout: str, execution: dict, base: Estimate | None = None) -> Estimate:
         """The corrected estimate with a note of how far the residual moved the operator model's latency, and
-        each operator's time: the operator model's, scaled as the residual scales the GPU's time."""
-        timed = self.operators.estimate(graph, device, precision, layout, **execution)
+        each operator's time: the operator model's (``base`` where the caller made it), scaled as the residual
+        scales the GPU's time."""
+        timed = base if base is not None else self.operators.estimate(graph, device, precision, layout, **execution)
         nodes = tuple(replace(n, time_ms=n.time_ms * gpu_ratio) for n in timed.nodes)
         note = (f"the residual (PMGNS over the operator model) moved the operator model's {base_ms:.4g} ms by "
                 f"{estimate.latency_ms / base_ms - 1:+.1%}; each operator's time is the operator model's times "
