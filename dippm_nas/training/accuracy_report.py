@@ -213,6 +213,25 @@ def keep_unscored(rows: list[dict[str, object]], path: Path) -> tuple[list[dict[
     return [r | {c: earlier[key(r)][c] for c in columns} for r in rows], columns
 
 
+def kept_section(rows: list[dict[str, object]], kept: list[str], csv_name: str) -> list[str]:
+    """The latency figures of the prediction columns ``kept`` (:func:`keep_unscored`) per held-out GPU, as the lines
+    of a section of ``transfer.md``; none where nothing was kept."""
+    if not kept:
+        return []
+    lines = ["", "## Latency of the models this run did not score", "",
+             f"Their held-out predictions of the same records are kept in `accuracy/{csv_name}` from the last run "
+             "that scored them (`--models` names the models a run scores).", "",
+             "| held-out GPU | records | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|---|"]
+    for split in dict.fromkeys(r["split"] for r in rows):
+        mine = [r for r in rows if r["split"] == split]
+        truth = np.array([float(r["measured_ms"]) for r in mine])
+        for column in kept:
+            m = summary(np.array([float(r[column]) for r in mine]), truth)
+            lines.append(f"| {str(split).removeprefix('without ')} | {len(mine)} | {column.removesuffix('_ms')} | "
+                         f"{format_metrics(m)} |")
+    return lines
+
+
 def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Path) -> Path:
     """Write ``transfer.md`` (leave one GPU out), ``accuracy/transfer.json`` and every held-out prediction
     (``accuracy/transfer_predictions.csv``) under ``docs``; returns the Markdown file's path."""
@@ -259,18 +278,7 @@ def write_transfer_report(result: TransferEvaluation, ts: TrainingSet, docs: Pat
     predictions = docs / "accuracy" / "transfer_predictions.csv"
     rows, kept = keep_unscored(result.prediction_rows, predictions)
     write_predictions(rows, predictions)
-    if kept:
-        lines += ["", "## Latency of the models this run did not score", "",
-                  f"Their held-out predictions of the same records are kept in `accuracy/{predictions.name}` from "
-                  "the last run that scored them (`--models` names the models a run scores).", "",
-                  "| held-out GPU | records | model | MAPE | Kendall tau | within 10 % |", "|---|---|---|---|---|---|"]
-        for split in dict.fromkeys(r["split"] for r in rows):
-            mine = [r for r in rows if r["split"] == split]
-            truth = np.array([float(r["measured_ms"]) for r in mine])
-            for column in kept:
-                m = summary(np.array([float(r[column]) for r in mine]), truth)
-                lines.append(f"| {split.removeprefix('without ')} | {len(mine)} | {column.removesuffix('_ms')} | "
-                             f"{format_metrics(m)} |")
+    lines += kept_section(rows, kept, predictions.name)
     path = docs / "transfer.md"
     path.write_text("\n".join(lines) + "\n")
     return path
