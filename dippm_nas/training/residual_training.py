@@ -18,6 +18,7 @@ on where it erred less than the operator model alone on every held-out GPU with 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -116,3 +117,21 @@ def ship_residual(estimates: TrainingSet, regimes: list[dict], seed: int = 0, pa
         "each GPU held out in turn, the residual against the operator model alone",
         "data": "data/records.csv, each record read through the operator model trained without its GPU's chip"})
     return path.with_suffix(".json")
+
+
+def set_regimes(regimes: list[dict], path: Path | None = None) -> Path:
+    """Write ``regimes`` (:func:`residual_regimes` of a leave-one-GPU-out run) into the card of the residual shipped
+    at ``path``, its weights as they are: a run that scored the residual over the same operator model and data set
+    as the shipped one need not train it again. Returns the card's path."""
+    from dippm_nas.cost.residual import RESIDUAL_WEIGHTS, operator_model_fingerprint
+
+    card_path = (path or RESIDUAL_WEIGHTS).with_suffix(".json")
+    card = json.loads(card_path.read_text())
+    if card.get("base_fingerprint") != operator_model_fingerprint():
+        raise ValueError(f"{card_path} corrects another operator model than the one installed: ship it again "
+                         "(dippm-nas evaluate --leave-one-gpu-out --ship)")
+    card["regimes"] = regimes
+    card["chosen_by"] = ("dippm-nas evaluate --leave-one-gpu-out: each GPU held out in turn, the residual against "
+                         "the operator model alone")
+    card_path.write_text(json.dumps(card, indent=1))
+    return card_path

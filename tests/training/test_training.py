@@ -476,6 +476,7 @@ def test_the_residual_corrects_the_operator_model_within_its_bound(small_trainin
         RESIDUAL_CONFIG,
         held_out_training_set,
         residual_regimes,
+        set_regimes,
         ship_residual,
     )
 
@@ -486,6 +487,10 @@ def test_the_residual_corrects_the_operator_model_within_its_bound(small_trainin
     path = tmp_path / "residual"
     card = ship_residual(estimates, [], path=path, config=replace(RESIDUAL_CONFIG, epochs=2, warmup_epochs=1))
     assert json.loads(card.read_text())["config"]["base"] == "operators"
+    shipped = json.loads(card.read_text())
+    regime = {"precision": "fp16", "batch_min": 9, "batch_max": 64, "gpus": ["h100-sxm", "rtx4090"]}
+    assert set_regimes([regime], path) == card  # a later run's regimes, the weights as they are
+    assert json.loads(card.read_text()) == shipped | {"regimes": [regime]}
     graph = build_graph("resnet18", batch=32)
     l4 = get_device("l4")  # no operator or record of it was learned from
     alone = OperatorCostModel().estimate(graph, l4, "fp16")
