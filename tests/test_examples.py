@@ -70,7 +70,7 @@ def test_timm_zoo_example(capsys, tmp_path):
     code = example.main(["--trials", "2", "--models", "resnet18,mobilenetv3_large_100", "--report",
                          str(tmp_path / "zoo.html")])
     out = capsys.readouterr().out
-    assert code == 0 and "Pareto front" in out and "fp16 [operators" in out and "report: " in out
+    assert code == 0 and "Pareto front" in out and "fp16 [residual" in out and "report: " in out
     assert re.search(r"\n(resnet18|mobilenetv3_large_100)\.\S+\s+\d+\.\d+\s+\d+\.\d+", out)
 
 

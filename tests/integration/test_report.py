@@ -57,7 +57,7 @@ def test_report_renders_plots_and_pareto_table(study_url, tmp_path, capsys):
     table = dom.split('id="pareto-table"')[1].split("</table>")[0]
     listed = sorted(int(n) for n in re.findall(r"<tr><td>(\d+)</td>", table))
     assert listed == front and front
-    assert 'title="' in table and "tensor-core operators are learned" in table  # the notes, on hover
+    assert 'title="' in table and "the residual applies at fp16" in table  # the notes, on hover
     assert "infeasible" in dom or all(t.constraints.get("mig:3g.20gb", 0) <= 0 for t in trials)
     assert (tmp_path / "page.png").stat().st_size > 10_000
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == sorted(f"pareto_{c}.png" for c in COSTS)
