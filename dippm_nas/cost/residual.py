@@ -40,6 +40,11 @@ def operator_model_fingerprint(path: Path = OPERATOR_WEIGHTS) -> str:
     return hashlib.sha256(path.with_suffix(".safetensors").read_bytes()).hexdigest()
 
 
+def corrects_installed(card: dict, operators: Path = OPERATOR_WEIGHTS) -> bool:
+    """Whether the residual card ``card`` was trained over the operator model at ``operators``."""
+    return card.get("base_fingerprint") == operator_model_fingerprint(operators)
+
+
 class ResidualCostModel(PMGNSCostModel):
     """The operator model's estimate, corrected by the residual network at ``path``; it declines
     (:class:`~dippm_nas.cost.base.NotCovered`) where PMGNS would, and where the operator model at
@@ -61,7 +66,7 @@ class ResidualCostModel(PMGNSCostModel):
         reason = self.operators.covers() or super().covers(device, precision)
         if reason:
             return reason
-        if self.card.raw.get("base_fingerprint") != operator_model_fingerprint(self.operators.path):
+        if not corrects_installed(self.card.raw, self.operators.path):
             return ("the residual was trained over another operator model than the one installed: retrain it "
                     "(dippm-nas evaluate --leave-one-gpu-out --ship)")
         return None

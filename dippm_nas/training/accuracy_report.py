@@ -15,6 +15,7 @@ from dippm_nas.cost.pmgns import TARGETS
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.evaluate import (
     BARS,
+    PREDICTION_KEYS,
     TARGET_BARS,
     UNAPPLIED,
     Evaluation,
@@ -22,7 +23,6 @@ from dippm_nas.training.evaluate import (
     format_intervals,
     format_metrics,
 )
-from dippm_nas.training.held_out_errors import RECORD_KEYS
 from dippm_nas.training.metrics import BOOTSTRAP_SAMPLES, summary
 from dippm_nas.training.train import TrainConfig
 from dippm_nas.training.transfer import TRANSFER_BARS, TransferEvaluation
@@ -205,7 +205,7 @@ def keep_unscored(rows: list[dict[str, object]], path: Path) -> tuple[list[dict[
     columns = [c for c in (old[0] if old else {}) if c.endswith("_ms") and c not in rows[0]]
 
     def key(row: dict[str, object]) -> tuple[str, ...]:
-        return tuple("" if row[k] is None else str(row[k]) for k in ("split", *RECORD_KEYS))
+        return tuple("" if row[k] is None else str(row[k]) for k in ("split", *PREDICTION_KEYS))
 
     earlier = {key(r): r for r in old}
     if not columns or len(old) != len(rows) or set(earlier) != {key(r) for r in rows}:

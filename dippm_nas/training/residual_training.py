@@ -42,6 +42,10 @@ def residual_config(config: TrainConfig) -> TrainConfig:
 RESIDUAL_CONFIG = residual_config(TrainConfig())
 #: A regime counts only with this many held-out GPUs, each with this many records in it.
 MIN_GPUS, MIN_RECORDS = 2, 10
+#: What the card says of its regimes and its data.
+CHOSEN_BY = ("dippm-nas evaluate --leave-one-gpu-out: each GPU held out in turn, the residual against the operator "
+             "model alone")
+DATA = "data/records.csv, each record read through the operator model trained without its GPU's chip"
 
 
 def fold_operator_models(gpus: Sequence[str], operator_data: tuple[OperatorSamples, RecordSet],
@@ -113,9 +117,7 @@ def ship_residual(estimates: TrainingSet, regimes: list[dict], seed: int = 0, pa
     test = summary(predict_targets(fitted, estimates, split.test)[:, 0], estimates.targets[split.test, 0])
     save(fitted, estimates, final_training_records(split, fitted.config), path, {
         "split": split.description, "test_latency": test, "regimes": regimes,
-        "base_fingerprint": operator_model_fingerprint(), "chosen_by": "dippm-nas evaluate --leave-one-gpu-out: "
-        "each GPU held out in turn, the residual against the operator model alone",
-        "data": "data/records.csv, each record read through the operator model trained without its GPU's chip"})
+        "base_fingerprint": operator_model_fingerprint(), "chosen_by": CHOSEN_BY, "data": DATA})
     return path.with_suffix(".json")
 
 
@@ -123,15 +125,14 @@ def set_regimes(regimes: list[dict], path: Path | None = None) -> Path:
     """Write ``regimes`` (:func:`residual_regimes` of a leave-one-GPU-out run) into the card of the residual shipped
     at ``path``, its weights as they are: a run that scored the residual over the same operator model and data set
     as the shipped one need not train it again. Returns the card's path."""
-    from dippm_nas.cost.residual import RESIDUAL_WEIGHTS, operator_model_fingerprint
+    from dippm_nas.cost.residual import RESIDUAL_WEIGHTS, corrects_installed
 
     card_path = (path or RESIDUAL_WEIGHTS).with_suffix(".json")
     card = json.loads(card_path.read_text())
-    if card.get("base_fingerprint") != operator_model_fingerprint():
+    if not corrects_installed(card):
         raise ValueError(f"{card_path} corrects another operator model than the one installed: ship it again "
                          "(dippm-nas evaluate --leave-one-gpu-out --ship)")
     card["regimes"] = regimes
-    card["chosen_by"] = ("dippm-nas evaluate --leave-one-gpu-out: each GPU held out in turn, the residual against "
-                         "the operator model alone")
+    card["chosen_by"] = CHOSEN_BY
     card_path.write_text(json.dumps(card, indent=1))
     return card_path
