@@ -173,7 +173,8 @@ def test_an_operator_is_named_in_its_registry_entry_and_one_other_module():
     modules = sorted(p for stage in ("cost", "graph") for p in (PACKAGE / stage).rglob("*.py"))
     for name in REGISTRY_ONLY:
         naming = [p for p in modules if name in p.read_text()]
-        entries = [p for p in naming if p.parent == REGISTRY and p.name != "__init__.py"]
+        # kernel_kinds.py names kinds of kernel (a softmax kernel), not operators
+        entries = [p for p in naming if p.parent == REGISTRY and p.name not in ("__init__.py", "kernel_kinds.py")]
         outside = [p.relative_to(ROOT) for p in naming if p.parent != REGISTRY]
         assert len(entries) == 1, f"{name} is named by {len(entries)} modules of the registry: {entries}"
         assert len(outside) <= 1, f"{name} is named outside its registry entry by {outside}"

@@ -33,13 +33,13 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from dippm_nas.graph import operators
 from dippm_nas.hardware.registry import Device
 
-#: The kinds of kernel the model tells apart.
-GROUPS = ("gemm", "conv", "conv_cuda_cores", "attention", "elementwise", "row_norm", "plane_norm", "softmax", "reduce",
-          "pool")
+#: The kinds of kernel the model tells apart, as the operator registry declares them, in its order.
+GROUPS = tuple(kernel.name for kernel in operators.kernels())
 #: The groups whose work is tiled GEMMs.
-GEMM_GROUPS = frozenset({"gemm", "conv", "conv_cuda_cores", "attention"})
+GEMM_GROUPS = frozenset(kernel.name for kernel in operators.kernels() if kernel.tiled)
 #: The unit a kernel's arithmetic runs on: the CUDA cores in FP32, tensor cores in TF32 or at half precision.
 UNITS = ("cuda_cores", "tensor_tf32", "tensor_half")
 #: Output tiles (rows x columns) of the kernels cuBLAS and cuDNN pick from, and the depth each step of
@@ -60,7 +60,7 @@ THREADS_PER_SM = 2048
 #: Hopper sweeps). The CUDA cores' FP32 kernels show no such step.
 OPERAND_ALIGNMENT_BYTES = 16
 #: The groups whose operands a library loads by rows (attention's fused kernels pad their own tiles).
-ROW_LOADED_GROUPS = frozenset({"gemm", "conv"})
+ROW_LOADED_GROUPS = frozenset(kernel.name for kernel in operators.kernels() if kernel.loads_rows)
 #: The compute capability the generation feature is centred on.
 GENERATION_CENTRE = 7.5
 

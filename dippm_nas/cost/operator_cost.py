@@ -63,15 +63,18 @@ class LatencyParts:
         return ends.max(axis=1)
 
 
-def _group_of_kind() -> np.ndarray:
-    """The model's group of each kind of the vocabulary: its registry entry's kind of kernel."""
-    return np.array([GROUPS.index(kernel) for kernel in operators.kind_table().kernel])
+def _group_of_kind(kernels: tuple[str, ...]) -> np.ndarray:
+    """The model's group of each kind of the vocabulary, from one of the registry's per-kind kernel columns."""
+    return np.array([GROUPS.index(kernel) for kernel in kernels])
 
 
 def kernel_groups(table: NodeTable) -> np.ndarray:
     """Each operator's kernel group (an index into :data:`~dippm_nas.cost.kernel_structure.GROUPS`): its
-    registry entry's, with the convolutions cuDNN runs on the CUDA cores apart."""
-    return np.where(table.cuda_core_conv, GROUPS.index("conv_cuda_cores"), _group_of_kind()[table.kind])
+    registry entry's, or the one its category names for operators whose shapes keep them off the tensor
+    cores (the convolutions cuDNN runs on the CUDA cores)."""
+    kinds = operators.kind_table()
+    return np.where(table.cuda_core_conv, _group_of_kind(kinds.cuda_core_kernel)[table.kind],
+                    _group_of_kind(kinds.kernel)[table.kind])
 
 
 def kernel_columns(table: NodeTable, peak: np.ndarray, device: Device, precision: PrecisionLike) -> KernelColumns:

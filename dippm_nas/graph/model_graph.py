@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from dippm_nas.graph import operators
-from dippm_nas.graph.tensor import FLOATING_DTYPES, Tensor
+from dippm_nas.graph.tensor import FLOATING_DTYPES, Shape, Tensor
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,26 @@ class Node:
         """Multiply-accumulates: half the FLOPs where its category counts them (convolutions, matrix products,
         attention), 0 for anything else."""
         return self.flops // 2 if operators.category_named(self.category).counts_macs else 0
+
+
+def operator_node(spelling: str, inputs: tuple[Shape, ...], weights: tuple[Shape, ...], outputs: tuple[Shape, ...],
+                  attrs: Mapping[str, object] | None = None, dtype: str = "float32") -> Node:
+    """One operator as a graph's node, outside any graph: the registry's kind of ``spelling`` (a Relax or ATen
+    name), its FLOPs by that spelling's rule over its arguments (activations, then weights). What a measured
+    operator is described by, so that a measurement and a graph's node are counted by the same rules.
+
+    >>> gelu = operator_node("relax.nn.gelu", ((2, 8),), (), ((2, 8),))
+    >>> gelu.kind, gelu.category, gelu.flops
+    ('gelu', 'activation', 16)
+    """
+    found = operators.lookup(spelling) or operators.lookup_aten(spelling)
+    if found is None:
+        raise KeyError(f"the operator registry has no spelling {spelling!r}")
+    args, weight_tensors, outs = (tuple(Tensor(tuple(shape), dtype) for shape in shapes)
+                                  for shapes in (inputs, weights, outputs))
+    attributes = dict(attrs or {})
+    flops = int(found.flops([*args, *weight_tensors], list(outs), attributes))
+    return Node(0, spelling, found.kind, found.category, attributes, args, outs, weight_tensors, flops)
 
 
 @dataclass(frozen=True)

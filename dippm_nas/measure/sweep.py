@@ -132,20 +132,20 @@ class Point:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of one call, counted as ``dippm_nas.graph.operators`` counts them."""
+        """Floating-point operations of one call, by the operator registry's rule (:mod:`dippm_nas.graph.operators`)."""
         return KINDS[self.kind].flops(self.shape)
 
     @property
     def bytes(self) -> int:
         """Inputs, weights and output at the point's dtype: the least a kernel must move. Under autocast a
         float32-list operator (layer norm, group norm, softmax, sum on CUDA) writes a float32 output and moves more."""
-        return sum(KINDS[self.kind].numels(self.shape)) * self.dtype.itemsize
+        return KINDS[self.kind].numel(self.shape) * self.dtype.itemsize
 
     @property
     def footprint(self) -> int:
         """The memory a point may need, checked before anything is allocated: twice its tensors at four bytes an
         element, room for autocast's float32 copies and a kernel's workspace."""
-        return 2 * 4 * sum(KINDS[self.kind].numels(self.shape))
+        return 2 * 4 * KINDS[self.kind].numel(self.shape)
 
 
 def _draw_shapes(kind: OperatorKind, seed: int, count: int, max_flops: float) -> list[tuple[tuple[str, int], ...]]:
@@ -157,7 +157,7 @@ def _draw_shapes(kind: OperatorKind, seed: int, count: int, max_flops: float) ->
         if len(shapes) == count:
             break
         params = kind.sample(rng)
-        if kind.flops(params) > max_flops or 4 * sum(kind.numels(params)) > PLAN_MAX_BYTES:
+        if kind.flops(params) > max_flops or 4 * kind.numel(params) > PLAN_MAX_BYTES:
             continue
         shape = tuple(params.items())
         if shape not in seen:

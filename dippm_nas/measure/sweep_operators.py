@@ -1,7 +1,10 @@
-"""What an operator sweep knows of each operator: how to draw its shapes, count its work and run it.
+"""What an operator sweep knows of each operator: how to draw its shapes, describe and run it.
 
-A registry (:func:`register`) that :mod:`dippm_nas.measure.sweep` plans from; like the rest of the harness it
-imports only torch and the standard library.
+A registry (:func:`register`) that :mod:`dippm_nas.measure.sweep` plans from. What an operator is (its FLOPs,
+its kind of kernel, its GEMM view) is the operator registry's (:mod:`dippm_nas.graph.operators`): a sweep kind
+names the registry's spelling of its operator and gives the tensors a shape has, so a sweep row and a graph's
+node are counted by the same rules. Like the rest of the harness it imports torch, numpy and the standard
+library, never TVM.
 """
 
 from __future__ import annotations
@@ -9,31 +12,66 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from dippm_nas.graph.model_graph import Node, operator_node
+from dippm_nas.graph.operators.conv import conv_output_size
+from dippm_nas.graph.tensor import Shape
 
 Params = Mapping[str, int]
 Step = Callable[[], object]
 
 
 @dataclass(frozen=True)
-class OperatorKind:
-    """What the sweep knows of one operator: how to draw its shapes, count its work and run it.
+class Operands:
+    """The shapes of an operator call as the registry's spelling of it reads them: its activations and its
+    weights (in the order of the call's arguments), its outputs and its attributes."""
 
-    ``numels`` gives the elements of its inputs, its weights and its output, from which a point's
-    bytes (and its memory footprint) follow at any dtype; ``flops`` follows the conventions of
-    ``dippm_nas.graph.operators`` (a multiply-add is two FLOPs), so a row and a graph node count alike.
+    inputs: tuple[Shape, ...]
+    outputs: tuple[Shape, ...]
+    weights: tuple[Shape, ...] = ()
+    attrs: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def numel(self) -> int:
+        """Elements of every tensor it reads and writes."""
+        return sum(math.prod(shape) for shape in (*self.inputs, *self.weights, *self.outputs))
+
+
+@dataclass(frozen=True)
+class OperatorKind:
+    """What the sweep knows of one operator: how to draw its shapes, describe and run them.
+
+    ``spelling`` is the registry's name of the operator (``relax.nn.conv2d``), whose rules count a shape's
+    FLOPs; ``operands`` gives a shape's tensors, from which its FLOPs, its bytes at any dtype and its memory
+    footprint follow. Attention is described in Relax's (batch, tokens, heads, head size) layout, the one
+    the registry's ``relax.nn.attention`` reads, though the sweep runs PyTorch's (batch, heads, tokens, head
+    size).
     """
 
     name: str
     #: shapes drawn per round: the operators that dominate real models' time get more
     weight: int
     sample: Callable[[random.Random], dict[str, int]]
-    numels: Callable[[Params], tuple[int, int, int]]
-    flops: Callable[[Params], int]
+    spelling: str
+    operands: Callable[[Params], Operands]
     build: Callable[[Params, torch.dtype, torch.device], Step]
+
+    def node(self, params: Params) -> Node:
+        """A shape as a graph's node of the registry's kind, with its FLOPs by the registry's rule."""
+        described = self.operands(params)
+        return operator_node(self.spelling, described.inputs, described.weights, described.outputs, described.attrs)
+
+    def flops(self, params: Params) -> int:
+        """Floating-point operations of one call, by the registry's rule."""
+        return self.node(params).flops
+
+    def numel(self, params: Params) -> int:
+        """Elements of its inputs, weights and outputs: its bytes at one byte an element."""
+        return self.operands(params).numel
 
 
 #: The operators a sweep covers, in the order of a round; :func:`register` adds one.
@@ -74,10 +112,6 @@ def _spatial(rng: random.Random) -> int:
 def _rand(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     # uniform is several times faster than randn on the CPU; the values do not change the timing
     return torch.empty(shape, dtype=dtype, device=device).uniform_(-1.0, 1.0)
-
-
-def _conv_out(p: Params) -> int:
-    return (p["h"] + 2 * (p["r"] // 2) - p["r"]) // p["s"] + 1
 
 
 def _sample_gemm(rng: random.Random) -> dict[str, int]:
@@ -187,48 +221,99 @@ def _rows_shape(p: Params) -> tuple[int, ...]:
     return (p["m"], p["n"])
 
 
-def _nchw(p: Params) -> int:
-    return p["n"] * p["c"] * p["h"] * p["h"]
+def _nchw_shape(p: Params) -> tuple[int, ...]:
+    return (p["n"], p["c"], p["h"], p["h"])
 
 
-def _pooled(p: Params) -> int:  # max pooling 3x3, stride 2, padding 1
-    return p["n"] * p["c"] * ((p["h"] - 1) // 2 + 1) ** 2
+#: The sweep's max pooling: a 3x3 window, stride 2, padding 1.
+_POOL_WINDOW, _POOL_STRIDE, _POOL_PADDING = 3, 2, 1
 
 
-register(OperatorKind("mm", 2, _sample_gemm, lambda p: (p["m"] * p["k"] + p["k"] * p["n"], 0, p["m"] * p["n"]),
-                      lambda p: 2 * p["m"] * p["n"] * p["k"], _build_mm))
-register(OperatorKind("linear", 3, _sample_gemm,
-                      lambda p: (p["m"] * p["k"], p["n"] * p["k"] + p["n"], p["m"] * p["n"]),
-                      lambda p: 2 * p["m"] * p["n"] * p["k"], _build_linear))
-register(OperatorKind("bmm", 2, _sample_bmm,
-                      lambda p: (p["b"] * (p["m"] * p["k"] + p["k"] * p["n"]), 0, p["b"] * p["m"] * p["n"]),
-                      lambda p: 2 * p["b"] * p["m"] * p["n"] * p["k"], _build_bmm))
-register(OperatorKind("conv2d", 6, _sample_conv,
-                      lambda p: (_nchw(p), p["k"] * p["c"] // p["g"] * p["r"] ** 2,
-                                 p["n"] * p["k"] * _conv_out(p) ** 2),
-                      lambda p: 2 * p["n"] * p["k"] * _conv_out(p) ** 2 * p["c"] // p["g"] * p["r"] ** 2, _build_conv))
-register(OperatorKind("sdpa", 2, _sample_sdpa, lambda p: (3 * p["b"] * p["h"] * p["s"] * p["d"], 0,
-                                                           p["b"] * p["h"] * p["s"] * p["d"]),
-                      lambda p: 4 * p["b"] * p["h"] * p["s"] ** 2 * p["d"], _build_sdpa))
+def _pooled_size(p: Params) -> int:
+    return conv_output_size(p["h"], _POOL_WINDOW, _POOL_STRIDE, _POOL_PADDING)
+
+
+def _gemm_operands(p: Params) -> Operands:
+    return Operands(inputs=((p["m"], p["k"]), (p["k"], p["n"])), outputs=((p["m"], p["n"]),))
+
+
+def _linear_operands(p: Params) -> Operands:
+    return Operands(inputs=((p["m"], p["k"]),), weights=((p["n"], p["k"]), (p["n"],)), outputs=((p["m"], p["n"]),))
+
+
+def _bmm_operands(p: Params) -> Operands:
+    return Operands(inputs=((p["b"], p["m"], p["k"]), (p["b"], p["k"], p["n"])), outputs=((p["b"], p["m"], p["n"]),))
+
+
+def _conv_operands(p: Params) -> Operands:
+    size = conv_output_size(p["h"], p["r"], p["s"], p["r"] // 2)
+    return Operands(inputs=(_nchw_shape(p),), weights=((p["k"], p["c"] // p["g"], p["r"], p["r"]),),
+                    outputs=((p["n"], p["k"], size, size),),
+                    attrs={"strides": (p["s"], p["s"]), "padding": (p["r"] // 2,) * 4, "groups": p["g"]})
+
+
+def _attention_operands(p: Params) -> Operands:
+    qkv = (p["b"], p["s"], p["h"], p["d"])
+    return Operands(inputs=(qkv, qkv, qkv), outputs=(qkv,))
+
+
+def _binary_operands(p: Params) -> Operands:
+    return Operands(inputs=((p["n"],), (p["n"],)), outputs=((p["n"],),))
+
+
+def _unary_operands(p: Params) -> Operands:
+    return Operands(inputs=((p["n"],),), outputs=((p["n"],),))
+
+
+def _row_reduction_operands(p: Params) -> Operands:
+    return Operands(inputs=(_rows_shape(p),), outputs=((p["m"],),), attrs={"axis": (-1,)})
+
+
+def _rows_operands(p: Params) -> Operands:
+    return Operands(inputs=(_rows_shape(p),), outputs=(_rows_shape(p),), attrs={"axis": -1})
+
+
+def _norm_operands(weights: Callable[[Params], tuple[Shape, ...]], shape: Callable[[Params], tuple[int, ...]]):
+    def operands(p: Params) -> Operands:
+        return Operands(inputs=(shape(p),), weights=weights(p), outputs=(shape(p),))
+    return operands
+
+
+def _max_pool_operands(p: Params) -> Operands:
+    size = _pooled_size(p)
+    return Operands(inputs=(_nchw_shape(p),), outputs=((p["n"], p["c"], size, size),),
+                    attrs={"pool_size": (_POOL_WINDOW, _POOL_WINDOW), "strides": (_POOL_STRIDE, _POOL_STRIDE),
+                           "padding": (_POOL_PADDING,) * 4})
+
+
+def _global_pool_operands(p: Params) -> Operands:
+    return Operands(inputs=(_nchw_shape(p),), outputs=((p["n"], p["c"], 1, 1),), attrs={"output_size": (1, 1)})
+
+
+register(OperatorKind("mm", 2, _sample_gemm, "relax.matmul", _gemm_operands, _build_mm))
+register(OperatorKind("linear", 3, _sample_gemm, "relax.linear", _linear_operands, _build_linear))
+register(OperatorKind("bmm", 2, _sample_bmm, "relax.matmul", _bmm_operands, _build_bmm))
+register(OperatorKind("conv2d", 6, _sample_conv, "relax.nn.conv2d", _conv_operands, _build_conv))
+register(OperatorKind("sdpa", 2, _sample_sdpa, "relax.nn.attention", _attention_operands, _build_sdpa))
 for _name, _op in (("add", torch.add), ("mul", torch.mul)):
-    register(OperatorKind(_name, 1, _sample_elementwise, lambda p: (2 * p["n"], 0, p["n"]), lambda p: p["n"],
-                          _binary(_op)))
+    register(OperatorKind(_name, 1, _sample_elementwise, f"relax.{'multiply' if _name == 'mul' else _name}",
+                          _binary_operands, _binary(_op)))
 for _name, _op in (("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu)):
-    register(OperatorKind(_name, 1, _sample_elementwise, lambda p: (p["n"], 0, p["n"]), lambda p: p["n"],
+    register(OperatorKind(_name, 1, _sample_elementwise, f"relax.nn.{_name}", _unary_operands,
                           _unary(_op, lambda p: (p["n"],))))
-register(OperatorKind("sum", 1, _sample_rows, lambda p: (p["m"] * p["n"], 0, p["m"]), lambda p: p["m"] * p["n"],
+register(OperatorKind("sum", 1, _sample_rows, "relax.sum", _row_reduction_operands,
                       _unary(lambda x: x.sum(-1), _rows_shape)))
-register(OperatorKind("mean", 1, _sample_rows, lambda p: (p["m"] * p["n"], 0, p["m"]), lambda p: p["m"] * p["n"],
+register(OperatorKind("mean", 1, _sample_rows, "relax.mean", _row_reduction_operands,
                       _unary(lambda x: x.mean(-1), _rows_shape)))
-register(OperatorKind("batch_norm", 1, _sample_nchw, lambda p: (_nchw(p), 4 * p["c"], _nchw(p)),
-                      lambda p: 5 * _nchw(p), _build_batch_norm))
-register(OperatorKind("layer_norm", 1, _sample_rows, lambda p: (p["m"] * p["n"], 2 * p["n"], p["m"] * p["n"]),
-                      lambda p: 5 * p["m"] * p["n"], _build_layer_norm))
-register(OperatorKind("group_norm", 1, _sample_group_norm, lambda p: (_nchw(p), 2 * p["c"], _nchw(p)),
-                      lambda p: 5 * _nchw(p), _build_group_norm))
-register(OperatorKind("softmax", 1, _sample_rows, lambda p: (p["m"] * p["n"], 0, p["m"] * p["n"]),
-                      lambda p: 5 * p["m"] * p["n"], _unary(lambda x: torch.softmax(x, -1), _rows_shape)))
-register(OperatorKind("max_pool2d", 1, _sample_nchw, lambda p: (_nchw(p), 0, _pooled(p)), lambda p: 9 * _pooled(p),
-                      _unary(lambda x: F.max_pool2d(x, 3, 2, 1), lambda p: (p["n"], p["c"], p["h"], p["h"]))))
-register(OperatorKind("adaptive_avg_pool2d", 1, _sample_nchw, lambda p: (_nchw(p), 0, p["n"] * p["c"]), _nchw,
-                      _unary(lambda x: F.adaptive_avg_pool2d(x, 1), lambda p: (p["n"], p["c"], p["h"], p["h"]))))
+register(OperatorKind("batch_norm", 1, _sample_nchw, "relax.nn.batch_norm",
+                      _norm_operands(lambda p: ((p["c"],),) * 4, _nchw_shape), _build_batch_norm))
+register(OperatorKind("layer_norm", 1, _sample_rows, "relax.nn.layer_norm",
+                      _norm_operands(lambda p: ((p["n"],),) * 2, _rows_shape), _build_layer_norm))
+register(OperatorKind("group_norm", 1, _sample_group_norm, "relax.nn.group_norm",
+                      _norm_operands(lambda p: ((p["c"],),) * 2, _nchw_shape), _build_group_norm))
+register(OperatorKind("softmax", 1, _sample_rows, "relax.nn.softmax", _rows_operands,
+                      _unary(lambda x: torch.softmax(x, -1), _rows_shape)))
+register(OperatorKind("max_pool2d", 1, _sample_nchw, "relax.nn.max_pool2d", _max_pool_operands,
+                      _unary(lambda x: F.max_pool2d(x, _POOL_WINDOW, _POOL_STRIDE, _POOL_PADDING), _nchw_shape)))
+register(OperatorKind("adaptive_avg_pool2d", 1, _sample_nchw, "relax.nn.adaptive_avg_pool2d", _global_pool_operands,
+                      _unary(lambda x: F.adaptive_avg_pool2d(x, 1), _nchw_shape)))

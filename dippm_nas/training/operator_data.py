@@ -29,11 +29,22 @@ from pathlib import Path
 import numpy as np
 
 from dippm_nas.cost.analytical import peak_tflops
-from dippm_nas.cost.kernel_structure import GROUPS, UNITS, KernelColumns, tile_of_kernel_name, winograd_eligible
+from dippm_nas.cost.kernel_structure import (
+    GEMM_GROUPS,
+    GROUPS,
+    UNITS,
+    KernelColumns,
+    tile_of_kernel_name,
+    winograd_eligible,
+)
 from dippm_nas.cost.operator_model import MIN_KERNEL_S
+from dippm_nas.cost.table import FULL_BYTES
 from dippm_nas.graph import operators
-from dippm_nas.graph.operators.conv import TENSOR_CORE_CHANNEL_MULTIPLE
+from dippm_nas.graph.model_graph import Node, operator_node
+from dippm_nas.graph.operators._rules import rows_of_last_axis
+from dippm_nas.graph.operators.conv import conv_output_size
 from dippm_nas.hardware.registry import get_device
+from dippm_nas.measure.sweep_operators import KINDS
 from dippm_nas.precisions import precision_named
 from dippm_nas.training.paths import project
 from dippm_nas.training.records import GPU_NAMES, NEUSIGHT_GPUS, origin_of
@@ -45,15 +56,15 @@ CORPUS_PRECISION = "fp32-strict"
 #: suffix takes a Python scalar.
 CORPUS_ELEMENTWISE = {"add": 2, "mul": 2, "div": 2, "pow": 2, "addu": 1, "mulu": 1, "divu": 1, "powu": 1,
                       "relu": 1, "gelu": 1, "tanh": 1}
-#: The harness's sweep kinds -> the model's group (convolutions are sorted by channels, see below).
-SWEEP_GROUPS = {"mm": "gemm", "linear": "gemm", "bmm": "gemm", "conv2d": "conv", "sdpa": "attention",
-                "add": "elementwise", "mul": "elementwise", "relu": "elementwise", "gelu": "elementwise",
-                "silu": "elementwise", "sum": "reduce", "mean": "reduce", "max_pool2d": "pool",
-                "adaptive_avg_pool2d": "pool", "batch_norm": "plane_norm", "layer_norm": "row_norm",
-                "group_norm": "plane_norm", "softmax": "softmax"}
 #: The library that runs each group's arithmetic, as the graph's categories say (none: the CUDA cores).
 GROUP_LIBRARY = {"gemm": operators.GEMM.library, "attention": operators.ATTENTION.library,
                  "conv": operators.CONV.library}
+#: NeuSight's operators as the registry spells them (its README names the PyTorch call of each).
+CORPUS_SPELLINGS = {"bmm": "relax.matmul", "linear": "relax.linear", "conv": "relax.nn.conv2d",
+                    "ln": "relax.nn.layer_norm", "softmax": "relax.nn.softmax", "add": "relax.add",
+                    "mul": "relax.multiply", "div": "relax.divide", "pow": "relax.power", "addu": "relax.add",
+                    "mulu": "relax.multiply", "divu": "relax.divide", "powu": "relax.power", "relu": "relax.nn.relu",
+                    "gelu": "relax.nn.gelu", "tanh": "relax.tanh"}
 #: The operator name of Vidur's GEMMs: linear layers, kept apart from the sweeps' in the reports.
 VIDUR_OPERATOR = "vidur_linear"
 #: Operators that count as GEMM-class in the reports (the rest are memory-bound).
@@ -149,34 +160,65 @@ def corpus_samples(folder: Path) -> OperatorSamples:
     return rows.samples()
 
 
-def _corpus_operator(name: str, row: dict[str, str], peaks: dict[str, float]) -> dict[str, object]:
-    """One corpus row as the model's columns (NeuSight's dimension names, README of the corpus)."""
-    kernel = row["Kernel Name"]
-    named = tile_of_kernel_name(kernel) if "winograd" not in (kernel + row.get("Kernels", "")).lower() else (0, 0)
-    if name in ("bmm", "linear"):
+def _corpus_node(name: str, row: dict[str, str]) -> Node:
+    """One corpus row as a graph's node (NeuSight's dimension names, README of the corpus), float32."""
+    if name == "bmm":  # (B, M, N) @ (B, N, K)
         b, m, n, k = (int(row[x]) for x in "BMNK")
-        if name == "bmm":  # (B, M, N) @ (B, N, K): outputs B x M x K over depth N
-            gemm, moved = (b, m, k, n), 4 * b * (m * n + n * k + m * k)
-        else:  # nn.Linear(N, K) on (B, M, N), bias included
-            gemm, moved = (1, b * m, k, n), 4 * (b * m * n + n * k + b * m * k + k)
-        return {"group": GROUPS.index("gemm"), "flops": 2.0 * b * m * n * k, "moved": moved, "gemm": gemm,
-                "weight_operand": name == "linear", "peak": peaks["gemm"], "named_tile": named}
-    if name == "conv":
+        inputs, weights, outputs, attrs = ((b, m, n), (b, n, k)), (), ((b, m, k),), {}
+    elif name == "linear":  # nn.Linear(N, K) on (B, M, N), bias included
+        b, m, n, k = (int(row[x]) for x in "BMNK")
+        inputs, weights, outputs, attrs = ((b, m, n),), ((k, n), (k,)), ((b, m, k),), {}
+    elif name == "conv":
         b, c, o, r, h, s, p = (int(row[x]) for x in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
                                                       "Input_Size", "Stride", "Padding"))
-        out = (h + 2 * p - r) // s + 1
-        return {"group": GROUPS.index("conv"), "flops": 2.0 * b * o * out * out * c * r * r,
-                "moved": 4 * (b * c * h * h + o * c * r * r + b * o * out * out),
-                "gemm": (1, b * out * out, o, c * r * r), "winograd": bool(winograd_eligible(np.array(r), np.array(s))),
-                "peak": peaks["conv"], "named_tile": named}
-    b, h = int(row["B"]), int(row["H"])
-    if name in ("ln", "softmax"):
-        group = "row_norm" if name == "ln" else "softmax"
-        return {"group": GROUPS.index(group), "flops": 5.0 * b * h, "moved": 4 * 2 * b * h, "rows": (b, h),
-                "peak": peaks[group]}
-    moved = 4 * (CORPUS_ELEMENTWISE[name] + 1) * b * h
-    return {"group": GROUPS.index("elementwise"), "flops": float(b * h), "moved": moved,
-            "rows": (b, h), "peak": peaks["elementwise"]}
+        out = conv_output_size(h, r, s, p)
+        inputs, weights, outputs = ((b, c, h, h),), ((o, c, r, r),), ((b, o, out, out),)
+        attrs = {"strides": (s, s), "padding": (p,) * 4, "groups": 1}
+    else:  # (B, H) tensors: layer norm without affine parameters, softmax over H, elementwise
+        shape = (int(row["B"]), int(row["H"]))
+        inputs = (shape,) * CORPUS_ELEMENTWISE.get(name, 1)
+        weights, outputs, attrs = (), (shape,), {"axis": -1}
+    return operator_node(CORPUS_SPELLINGS[name], inputs, weights, outputs, attrs)
+
+
+def _corpus_operator(name: str, row: dict[str, str], peaks: dict[str, float]) -> dict[str, object]:
+    """One corpus row as the model's columns: the registry's view of it, the tile its kernel's name gives.
+    NeuSight's convolutions are read as the tensor-core-shaped group whatever their channels (most have
+    channels off the tensor cores' multiple of 8): the shipped operator model was trained so, at FP32,
+    where neither group runs on tensor cores."""
+    kernel = row["Kernel Name"]
+    named = tile_of_kernel_name(kernel) if "winograd" not in (kernel + row.get("Kernels", "")).lower() else (0, 0)
+    node = _corpus_node(name, row)
+    view = kernel_view(node)
+    if name == "conv":
+        view["group"] = GROUPS.index("conv")
+    moved = FULL_BYTES * _elements(node)
+    return {**view, "flops": float(node.flops), "moved": moved, "peak": peaks[GROUPS[view["group"]]],
+            "named_tile": named if view["gemm"] != (0, 0, 0, 0) else (0, 0)}
+
+
+def _elements(node: Node) -> int:
+    """Elements of every tensor an operator reads and writes: the least it moves, over the element size."""
+    return sum(t.numel for t in (*node.inputs, *node.weights, *node.outputs))
+
+
+def kernel_view(node: Node) -> dict[str, object]:
+    """What the operator registry says of an operator's kernel, as the model's columns: its kind of kernel
+    (the one its category names off the tensor cores where its shapes keep it there), its GEMM view, the rows it
+    works through, whether cuDNN may run it as Winograd, and whether its second operand is a weight."""
+    entry = operators.operator(node.kind)
+    if entry is None:
+        raise KeyError(f"the operator registry has no kind {node.kind!r}")
+    off_tensor_cores = entry.cuda_cores is not None and bool(entry.cuda_cores(node))
+    kernel = (entry.category.cuda_core_kernel or entry.kernel_group) if off_tensor_cores else entry.kernel_group
+    gemm = tuple(entry.gemm(node)) if entry.gemm else (0, 0, 0, 0)
+    tiled = kernel in GEMM_GROUPS
+    rows = (0, 0) if tiled else tuple(entry.rows(node)) if entry.rows else rows_of_last_axis(node)
+    window = entry.kernel_size(node) if entry.kernel_size else None
+    stride = (node.attrs.get("strides") or (1,))[0]
+    winograd = window is not None and bool(winograd_eligible(np.array(window[0]), np.array(stride)))
+    return {"group": GROUPS.index(kernel), "gemm": gemm, "rows": rows, "winograd": winograd,
+            "weight_operand": kernel == "gemm" and bool(node.weights)}
 
 
 def runs_other_kernels(kind: str, precision: str) -> bool:
@@ -206,7 +248,7 @@ def sweep_samples(paths: Iterable[Path]) -> OperatorSamples:
         with open(path, newline="") as fh:
             for row in csv.DictReader(fh):
                 gpu = GPU_NAMES.get(row["gpu_name"])
-                if (row["status"] != "ok" or gpu is None or row["kind"] not in SWEEP_GROUPS
+                if (row["status"] != "ok" or gpu is None or row["kind"] not in KINDS
                         or runs_other_kernels(row["kind"], row["precision"])):
                     continue
                 rows.add(gpu=gpu, operator=row["kind"], protocol="sweep", precision=row["precision"],
@@ -216,33 +258,16 @@ def sweep_samples(paths: Iterable[Path]) -> OperatorSamples:
 
 
 def _sweep_operator(row: dict[str, str], gpu: str) -> dict[str, object]:
-    """One sweep point as the model's columns (the shapes of ``dippm_nas.measure.sweep_operators``)."""
-    p = {k: int(v) for k, v in (item.split("=") for item in row["params"].split(";"))}
-    kind, precision = row["kind"], row["precision"]
-    group = SWEEP_GROUPS[kind]
-    out: dict[str, object] = {"flops": float(row["flops"]), "moved": float(row["bytes"]),
-                              "element_bytes": precision_named(precision).element_bytes}
-    if kind in ("mm", "linear"):
-        out.update(gemm=(1, p["m"], p["n"], p["k"]), weight_operand=kind == "linear")
-    elif kind == "bmm":
-        out.update(gemm=(p["b"], p["m"], p["n"], p["k"]))
-    elif kind == "sdpa":
-        out.update(gemm=(p["b"] * p["h"], p["s"], p["s"], p["d"]))
-    elif kind == "conv2d":
-        size = (p["h"] + 2 * (p["r"] // 2) - p["r"]) // p["s"] + 1
-        c, k = p["c"] // p["g"], p["k"] // p["g"]
-        if c % TENSOR_CORE_CHANNEL_MULTIPLE or k % TENSOR_CORE_CHANNEL_MULTIPLE:
-            group = "conv_cuda_cores"
-        out.update(gemm=(p["g"], p["n"] * size * size, k, c * p["r"] ** 2),
-                   winograd=bool(winograd_eligible(np.array(p["r"]), np.array(p["s"]))))
-    elif kind in ("batch_norm", "group_norm", "max_pool2d", "adaptive_avg_pool2d"):
-        out.update(rows=(p["n"] * p["c"], p["h"] * p["h"]))
-    else:
-        out.update(rows=(p.get("m", 1), p["n"]))
+    """One sweep point as the model's columns: the registry's view of the operator its kind names
+    (:mod:`dippm_nas.measure.sweep_operators`), with the FLOPs and bytes the harness wrote."""
+    params = {k: int(v) for k, v in (item.split("=") for item in row["params"].split(";"))}
+    precision = row["precision"]
+    view = kernel_view(KINDS[row["kind"]].node(params))
+    group = GROUPS[view["group"]]
     library = None if group == "conv_cuda_cores" else GROUP_LIBRARY.get(group)
     peak = peak_tflops(library, get_device(gpu), precision) * 1e12
-    out.update(group=GROUPS.index(group), peak=peak, unit=_unit(peak, gpu, precision))
-    return out
+    return {**view, "flops": float(row["flops"]), "moved": float(row["bytes"]), "peak": peak,
+            "element_bytes": precision_named(precision).element_bytes, "unit": _unit(peak, gpu, precision)}
 
 
 def vidur_samples(folder: Path) -> OperatorSamples:
@@ -250,15 +275,16 @@ def vidur_samples(folder: Path) -> OperatorSamples:
     ``nn.Linear`` without bias at its tokens' rows."""
     rows = _Builder.empty()
     root = project().root
+    element = precision_named(VIDUR_PRECISION).element_bytes
     for name, gpu in VIDUR_GPUS.items():
         peak = _peak("gemm", gpu, VIDUR_PRECISION)
-        unit, element = _unit(peak, gpu, VIDUR_PRECISION), precision_named(VIDUR_PRECISION).element_bytes
+        unit = _unit(peak, gpu, VIDUR_PRECISION)
         for (k, n, tokens), ms in measured_gemms(folder / name).items():
-            moved = element * (tokens * k + k * n + tokens * n)
+            node = operator_node("relax.linear", ((tokens, k),), ((n, k),), ((tokens, n),))
+            moved = element * _elements(node)
             rows.add(gpu=gpu, operator=VIDUR_OPERATOR, protocol="vidur", precision=VIDUR_PRECISION, seconds=ms * 1e-3,
-                     source=origin_of(folder / name, root), group=GROUPS.index("gemm"), unit=unit,
-                     element_bytes=element, flops=2.0 * tokens * k * n, moved=moved, gemm=(1, tokens, n, k),
-                     weight_operand=True, peak=peak)
+                     source=origin_of(folder / name, root), unit=unit, element_bytes=element, flops=float(node.flops),
+                     moved=moved, peak=peak, **kernel_view(node))
     return rows.samples()
 
 

@@ -76,3 +76,25 @@ def test_every_kind_reads_its_rules_from_its_entry():
         assert table.library[i] == entry.math_library
         assert operators.AUTOCAST_POLICIES[table.autocast[i]] == entry.autocast_policy
     assert operators.categories()[-1].name == operators.OTHER
+
+
+def test_the_operator_model_reads_the_kernels_the_registry_declares():
+    """The operator model's kernel groups are the kinds of kernel the registry declares, in their order; a kind
+    that names a kernel never declared is refused when the registry's table is built, not priced as another."""
+    from dippm_nas.cost.kernel_structure import GEMM_GROUPS, GROUPS, ROW_LOADED_GROUPS
+
+    declared = operators.kernels()
+    assert GROUPS == tuple(k.name for k in declared)
+    assert GEMM_GROUPS == {k.name for k in declared if k.tiled} >= ROW_LOADED_GROUPS == {"gemm", "conv"}
+    table = operators.kind_table()
+    assert set(table.kernel) | set(table.cuda_core_kernel) == set(GROUPS)
+    assert table.cuda_core_kernel[operators.vocabulary().index("conv2d")] == "conv_cuda_cores"
+    operators.register("atan", operators.ACTIVATION, _atan_flops, relax=("relax.atan",), kernel="trigonometry")
+    try:
+        with pytest.raises(ValueError, match="never declared: trigonometry"):
+            operators.kind_table()
+    finally:
+        operators.unregister("atan")
+    assert "atan" not in operators.vocabulary() and operators.kind_table().kernel
+    with pytest.raises(ValueError, match="declared twice"):
+        operators.declare_kernel("gemm")

@@ -88,6 +88,21 @@ def test_point_counts_flops_and_bytes_at_its_dtype():
     assert Point("add", (("n", 10),), "fp32").bytes == 4 * 30
 
 
+def test_committed_rows_count_as_the_operator_registry_does():
+    """The FLOPs and bytes of a point are the registry's rules on its tensors: every row a GPU's sweep wrote
+    (by the harness's own counts at the time) counts the same, and each kind names a registry operator."""
+    paths = sorted((ROOT / "data" / "measurements" / "sweeps").glob("*.csv"))
+    assert paths
+    differ, kinds = Counter(), set()
+    for path in paths:
+        for row in _rows(path):
+            point = Point.from_key(row["key"])
+            kinds.add(point.kind)
+            differ[point.kind] += (point.flops, point.bytes) != (int(row["flops"]), int(row["bytes"]))
+    assert kinds == set(KINDS)
+    assert not +differ, f"rows whose FLOPs or bytes the registry counts otherwise, by kind: {dict(+differ)}"
+
+
 def test_cpu_sweep_writes_rows_with_their_precision_flags(tmp_path):
     out = tmp_path / "sweep.csv"
     assert run_sweep(out, "cpu", seed=0, measured_by="tests", limit=10, **QUIET) == 10

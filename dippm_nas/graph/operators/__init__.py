@@ -41,6 +41,7 @@ from dippm_nas.graph.operators._registry import (
     AUTOCAST_WIDEST_KEEPS_WEIGHT_DTYPE,
     OTHER,
     Category,
+    Kernel,
     KindTable,
     Operator,
     Spelling,
@@ -48,8 +49,10 @@ from dippm_nas.graph.operators._registry import (
     category_named,
     category_names,
     declare_category,
+    declare_kernel,
     fingerprint,
     kept_whole_aten,
+    kernels,
     kind_table,
     lookup,
     lookup_aten,
@@ -62,6 +65,7 @@ from dippm_nas.graph.operators._registry import (
 )
 
 # isort: off
+from dippm_nas.graph.operators import kernel_kinds  # noqa: F401  (declared before the families name them)
 # The order of the families is the order of the categories (the node features' columns): keep it.
 from dippm_nas.graph.operators.conv import CONV
 from dippm_nas.graph.operators.gemm import GEMM
@@ -79,7 +83,8 @@ from dippm_nas.graph.operators.view import VIEW
 __all__ = [
     "ACTIVATION", "ATTENTION", "AUTOCAST_FLOAT32", "AUTOCAST_LOWER", "AUTOCAST_POLICIES", "AUTOCAST_WIDEST",
     "AUTOCAST_WIDEST_KEEPS_WEIGHT_DTYPE", "CONV", "COPY_OP", "ELEMENTWISE", "GEMM", "MOVEMENT", "NORM", "OTHER",
-    "POOL", "REDUCE", "SOFTMAX", "VIEW", "Category", "KindTable", "Operator", "Spelling", "categories",
-    "category_named", "category_names", "declare_category", "fingerprint", "kept_whole_aten", "kind_table", "lookup",
+    "POOL", "REDUCE", "SOFTMAX", "VIEW", "Category", "Kernel", "KindTable", "Operator", "Spelling", "categories",
+    "category_named", "category_names", "declare_category", "declare_kernel", "fingerprint", "kept_whole_aten",
+    "kernels", "kind_table", "lookup",
     "lookup_aten", "operator", "register", "register_relax", "spell_aten", "unregister", "vocabulary",
 ]

@@ -58,6 +58,22 @@ AUTOCAST_POLICIES = (AUTOCAST_LOWER, AUTOCAST_FLOAT32, AUTOCAST_WIDEST, AUTOCAST
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """A kind of kernel, as the operator-level cost model tells them apart: its position among
+    :func:`kernels` is its one-hot column in that model's features (whose card records them), so a kind is
+    added at the end.
+
+    ``tiled``: its work is tiled GEMMs (matrix products, implicit-GEMM convolutions, attention's products),
+    which the cost model expands into one candidate per output tile; ``loads_rows``: its library loads the
+    operands by rows, so the tensor cores' vector loads need rows of a multiple of 16 bytes.
+    """
+
+    name: str
+    tiled: bool = False
+    loads_rows: bool = False
+
+
+@dataclass(frozen=True)
 class Category:
     """Which hardware unit bounds an operator, and the defaults of its kinds.
 
@@ -66,8 +82,8 @@ class Category:
     :data:`dippm_nas.precisions.TF32_FLAGS`), which may put it on tensor cores; None for the CUDA cores;
     ``takes_bias``: a bias add right after it is its epilogue (cuDNN's and cuBLAS's kernels fuse it);
     ``noun``: what a note calls one of its operators where it tells them apart (plural with an ``s``);
-    ``kernel``: the kind of kernel its operators run, as the operator-level cost model groups them
-    (:data:`dippm_nas.cost.kernel_structure.GROUPS`).
+    ``kernel``: the kind of kernel (:class:`Kernel`) its operators run; ``cuda_core_kernel``: the one they run
+    where their shapes keep them off the tensor cores (the ``cuda_cores`` hook of :class:`Operator`).
     """
 
     name: str
@@ -79,6 +95,7 @@ class Category:
     layout: LayoutRule | None = None
     noun: str = ""
     kernel: str = "elementwise"
+    cuda_core_kernel: str | None = None
 
     @property
     def index(self) -> int:
@@ -172,6 +189,7 @@ class Spelling:
         return self.layout or self.operator.layout_rule
 
 
+_KERNELS: list[Kernel] = []
 _CATEGORIES: list[Category] = []
 _OPERATORS: dict[str, Operator] = {}
 _RELAX: dict[str, Spelling] = {}
@@ -187,6 +205,22 @@ def _changed() -> None:
     vocabulary.cache_clear()
     kind_table.cache_clear()
     fingerprint.cache_clear()
+
+
+def declare_kernel(name: str, *, tiled: bool = False, loads_rows: bool = False) -> Kernel:
+    """Declare a kind of kernel (its position is the order of declaration; :class:`Kernel`); raises
+    ValueError for a name declared before."""
+    if any(k.name == name for k in _KERNELS):
+        raise ValueError(f"kernel {name!r} is declared twice")
+    declared = Kernel(name, tiled, loads_rows)
+    _KERNELS.append(declared)
+    _changed()
+    return declared
+
+
+def kernels() -> tuple[Kernel, ...]:
+    """Every kind of kernel in order of declaration."""
+    return tuple(_KERNELS)
 
 
 def declare_category(name: str, **defaults: object) -> Category:
@@ -329,6 +363,8 @@ class KindTable:
     library: tuple[str | None, ...]
     counts_macs: np.ndarray
     kernel: tuple[str, ...]
+    #: the kernel it runs off the tensor cores (the ``cuda_cores`` hook), its own kernel where it names none
+    cuda_core_kernel: tuple[str, ...]
     #: the per-node hooks each kind has, by hook name: kind indices
     hooks: Mapping[str, np.ndarray]
 
@@ -351,12 +387,18 @@ def kind_table() -> KindTable:
     entries = [_OPERATORS.get(kind) for kind in vocabulary()]
     other = category_named(OTHER)
     cats = [e.category if e else other for e in entries]
+    kernel = tuple(e.kernel_group if e else other.kernel for e in entries)
+    cuda_core_kernel = tuple(c.cuda_core_kernel or k for c, k in zip(cats, kernel))
+    unknown = sorted(set(kernel + cuda_core_kernel) - {k.name for k in _KERNELS})
+    if unknown:
+        raise ValueError(f"operators name kernels never declared: {', '.join(unknown)} (declare_kernel)")
     return KindTable(
         category=np.array([c.index for c in cats]),
         autocast=np.array([AUTOCAST_POLICIES.index(e.autocast_policy if e else other.autocast) for e in entries]),
         library=tuple(e.math_library if e else other.library for e in entries),
         counts_macs=np.array([c.counts_macs for c in cats]),
-        kernel=tuple(e.kernel_group if e else other.kernel for e in entries),
+        kernel=kernel,
+        cuda_core_kernel=cuda_core_kernel,
         hooks={hook: np.array([i for i, e in enumerate(entries) if e and getattr(e, hook) is not None], dtype=np.int64)
                for hook in HOOKS},
     )

@@ -10,11 +10,21 @@ from dippm_nas.graph.operators._registry import AUTOCAST_LOWER, Node, declare_ca
 from dippm_nas.graph.tensor import Tensor
 
 CONV = declare_category("conv", counts_macs=True, library="cudnn", autocast=AUTOCAST_LOWER, takes_bias=True,
-                       layout=eager_layout.first_dense, noun="convolution", kernel="conv")
+                       layout=eager_layout.first_dense, noun="convolution", kernel="conv",
+                       cuda_core_kernel="conv_cuda_cores")
 
 #: cuDNN's tensor-core convolution kernels need channels that are a multiple of 8 per group (cuDNN
 #: developer guide, "Tensor Core operations"); others run on the CUDA cores in either layout.
 TENSOR_CORE_CHANNEL_MULTIPLE = 8
+
+
+def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
+    """The output size of a convolution (or a pooling) along one axis, as PyTorch computes it (no dilation).
+
+    >>> conv_output_size(224, 7, 2, 3), conv_output_size(56, 3, 1, 1)
+    (112, 56)
+    """
+    return (size + 2 * padding - kernel) // stride + 1
 
 
 def _conv(args: list[Tensor], outs: list[Tensor], attrs: Mapping[str, object]) -> int:
