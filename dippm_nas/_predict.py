@@ -20,9 +20,9 @@ from dippm_nas.errors import DippmError
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
-from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, check_layout, get_device
-from dippm_nas.inputs import InputLike, check_batch
-from dippm_nas.modes import check_mode
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, Device, check_layout, get_device
+from dippm_nas.inputs import DEFAULT_BATCH, InputLike, check_batch
+from dippm_nas.modes import DEFAULT_MODE, check_mode
 from dippm_nas.precisions import Precision, precision_named
 
 #: A calibration as the API takes it: a file :mod:`dippm_nas.cost.calibration` wrote, or one loaded; None: none.
@@ -88,7 +88,7 @@ def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> Mo
 
 def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, precision: str | None = None,
                   cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN, *,
-                  layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
+                  layout: str = DEFAULT_LAYOUT, mode: str = DEFAULT_MODE, host: str | HostProfile | None = None,
                   calibration: CalibrationLike = None) -> Prediction:
     """Predict for a graph already built (its batch size is the graph's).
 
@@ -177,9 +177,10 @@ def _out_of_memory_note(estimate: Estimate, gpu: Device, batch: int, margin: flo
     return note + "; choose a smaller batch, a lower precision or a larger device"
 
 
-def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: str | Device = DEFAULT_DEVICE,
-            precision: str | None = None, *, cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN,
-            layout: str = "nchw", mode: str = "eager", host: str | HostProfile | None = None,
+def predict(model: Any, input_shape: InputLike = None, batch: int = DEFAULT_BATCH,
+            device: str | Device = DEFAULT_DEVICE, precision: str | None = None, *, cost_model: str = AUTO,
+            mig_margin: float = DEFAULT_MIG_MARGIN,
+            layout: str = DEFAULT_LAYOUT, mode: str = DEFAULT_MODE, host: str | HostProfile | None = None,
             calibration: CalibrationLike = None) -> Prediction:
     """Latency, energy, memory and MIG slice of one inference of ``batch`` inputs on ``device``.
 
@@ -203,9 +204,9 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = 8, device: s
     return predict_request(checked_graph(model, input_shape, batch), request)
 
 
-def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: int = 8,
+def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: int = DEFAULT_BATCH,
                  device: str | Device = DEFAULT_DEVICE, precision: str | None = None, *, cost_model: str = AUTO,
-                 mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw", mode: str = "eager",
+                 mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = DEFAULT_LAYOUT, mode: str = DEFAULT_MODE,
                  host: str | HostProfile | None = None, calibration: CalibrationLike = None,
                  progress: bool = False) -> list[Prediction]:
     """:func:`predict` of each model with the same arguments, equal to it, the request checked once (a bad
@@ -272,7 +273,8 @@ class SliceEstimate:
 
 def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str | None = None,
               cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN, *,
-              input_shape: InputLike = None, batch: int = 8, layout: str = "nchw", mode: str = "eager",
+              input_shape: InputLike = None, batch: int = DEFAULT_BATCH, layout: str = DEFAULT_LAYOUT,
+              mode: str = DEFAULT_MODE,
               host: str | HostProfile | None = None, calibration: CalibrationLike = None) -> list[SliceEstimate]:
     """Every MIG profile of ``device`` with fit, latency and energy on that slice.
 

@@ -58,6 +58,10 @@ InputLike = Sequence[int] | TensorSpec | Sequence[TensorSpec] | str | None
 MAX_BATCH = 2**31 - 1
 
 
+#: The batch a prediction is made at where none is given.
+DEFAULT_BATCH = 8
+
+
 def check_batch(batch: object) -> int:
     """``batch`` as an int if it is an integer from 1 to :data:`MAX_BATCH` (NumPy's too; a bool is not), else
     :class:`InputSpecError`.

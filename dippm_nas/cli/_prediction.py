@@ -30,9 +30,11 @@ examples:
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
+    from dippm_nas.cost_model_names import AUTO
     from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-    from dippm_nas.hardware.registry import DEFAULT_DEVICE, LAYOUTS, PRECISIONS
-    from dippm_nas.modes import EXECUTION_MODES
+    from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, LAYOUTS, PRECISIONS
+    from dippm_nas.inputs import DEFAULT_BATCH
+    from dippm_nas.modes import DEFAULT_MODE, EXECUTION_MODES
     from dippm_nas.precisions import precision_help
 
     parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
@@ -41,29 +43,30 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="one float input's shape without the batch, e.g. 3,224,224 (default: the model's own)")
     parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", default=[],
                         help="an input by name, repeatable for several inputs, e.g. input_ids=128:int64")
-    parser.add_argument("--batch", type=int, default=8, help="batch size (default: 8)")
+    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"batch size (default: {DEFAULT_BATCH})")
     parser.add_argument("--device", default=DEFAULT_DEVICE,
-                        help="GPU key from `dippm-nas devices`, or KEY:PROFILE for a MIG slice (default: a100-40gb)")
+                        help="GPU key from `dippm-nas devices`, or KEY:PROFILE for a MIG slice "
+                             f"(default: {DEFAULT_DEVICE})")
     parser.add_argument("--precision", default=None, type=str.lower, choices=list(PRECISIONS),
                         help=f"as PyTorch runs the model: {precision_help()} (default: the model's own, fp32 or, "
                              "for a model whose weights are all half, its half-weights precision)")
-    parser.add_argument("--layout", default="nchw", type=str.lower, choices=list(LAYOUTS),
+    parser.add_argument("--layout", default=DEFAULT_LAYOUT, type=str.lower, choices=list(LAYOUTS),
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
-                             "(channels_last) (default: nchw)")
-    parser.add_argument("--cost-model", default="auto", choices=list(COST_MODELS),
+                             f"(channels_last) (default: {DEFAULT_LAYOUT})")
+    parser.add_argument("--cost-model", default=AUTO, choices=list(COST_MODELS),
                         help="auto (the operator model; on a GPU it never learned from, corrected by its residual "
                              "in the regimes where that erred less with each GPU held out: weights/residual.json; "
                              "the analytical model where the operator model's weights do not match this version), "
                              "operators (each kernel learned from its tiles, waves and the spec sheet), residual "
                              "(the operator model with PMGNS's bounded correction, everywhere), analytical (the "
                              "roofline alone) or pmgns (DIPPM's GraphSAGE correction of the roofline's total) "
-                             "(default: auto)")
+                             f"(default: {AUTO})")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
                              f"(default: {DEFAULT_MIG_MARGIN})")
-    parser.add_argument("--mode", default="eager", type=str.lower, choices=list(EXECUTION_MODES),
+    parser.add_argument("--mode", default=DEFAULT_MODE, type=str.lower, choices=list(EXECUTION_MODES),
                         help="how the forward pass is issued: eager (PyTorch's default, each operator from the host) "
-                             "or cuda-graphs (one replay, no host wait) (default: eager)")
+                             f"or cuda-graphs (one replay, no host wait) (default: {DEFAULT_MODE})")
     parser.add_argument("--host", default=None, metavar="PROFILE",
                         help="whose CPU issues eager's operators: a host profile of dippm_nas.cost.host "
                              "(default: h100-harness, the host of the H100s the harness measured)")

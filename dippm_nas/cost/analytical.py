@@ -55,8 +55,9 @@ from dippm_nas.graph import operators
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.operators.attention import math_fallback_cost
-from dippm_nas.hardware.registry import Device, check_layout
-from dippm_nas.precisions import HALF_FORMATS, TF32_FLAGS, PrecisionLike, precision_named
+from dippm_nas.hardware.registry import DEFAULT_LAYOUT, Device, check_layout
+from dippm_nas.modes import DEFAULT_MODE
+from dippm_nas.precisions import DEFAULT_PRECISION, HALF_FORMATS, TF32_FLAGS, PrecisionLike, precision_named
 
 #: GPU time per kernel beyond its roofline time: launch and completion of a short kernel. NVIDIA's
 #: "Getting Started with CUDA Graphs" (2019) measures about 3-4 us per short kernel launched from a
@@ -318,8 +319,8 @@ class AnalyticalCostModel:
 
     name = "analytical"
 
-    def roofline(self, table: NodeTable, device: Device, precision: PrecisionLike, layout: str = "nchw",
-                 release: tuple[int, int] | None = None, *, mode: str = "eager",
+    def roofline(self, table: NodeTable, device: Device, precision: PrecisionLike, layout: str = DEFAULT_LAYOUT,
+                 release: tuple[int, int] | None = None, *, mode: str = DEFAULT_MODE,
                  host: str | HostProfile | None = None) -> Roofline:
         """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one.
         ``mode`` and ``host``: how the operators are issued (:mod:`dippm_nas.cost.host`): eager from the
@@ -457,8 +458,9 @@ class AnalyticalCostModel:
         return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=memory.total_mib,
                         cost_model=self.name, answered_by=self.name, memory=memory, nodes=nodes, notes=notes)
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
-                 mode: str = "eager", host: str | HostProfile | None = None) -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = DEFAULT_PRECISION,
+                 layout: str = DEFAULT_LAYOUT, *,
+                 mode: str = DEFAULT_MODE, host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs,
         and (``error``) the model's latency error on the measured records most like the request
         (:mod:`dippm_nas.cost.error_table`).

@@ -11,7 +11,8 @@ from typing import Protocol
 from dippm_nas.cost.error_table import ErrorFigure
 from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.registry import Device
+from dippm_nas.hardware.registry import DEFAULT_LAYOUT, Device
+from dippm_nas.modes import DEFAULT_MODE
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ class CostModel(Protocol):
 
     name: str
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = "nchw", *,
-                 mode: str = "eager", host: object = None) -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: str, layout: str = DEFAULT_LAYOUT, *,
+                 mode: str = DEFAULT_MODE, host: object = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` (at its batch) on ``device``."""
         ...
 
@@ -165,7 +166,7 @@ class Prediction:
     precision: str
     batch: int
     cost_model: str
-    layout: str = "nchw"
+    layout: str = DEFAULT_LAYOUT
     #: The registered name of the cost model that answered (``operators``, ``analytical``, ``pmgns``).
     answered_by: str = ""
     mig_reason: str = ""
@@ -176,7 +177,7 @@ class Prediction:
     memory_available_mib: float | None = None
     latency_error: ErrorFigure | None = None
     #: How the forward pass is issued: ``eager`` (from the host, ``host`` names its profile) or ``cuda-graphs``.
-    mode: str = "eager"
+    mode: str = DEFAULT_MODE
     host: str = ""
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
 

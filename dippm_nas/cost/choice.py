@@ -27,6 +27,7 @@ from dippm_nas.cost_model_names import AUTO
 from dippm_nas.errors import DippmError, suggest
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.registry import Device
+from dippm_nas.modes import DEFAULT_MODE
 from dippm_nas.precisions import PrecisionLike, precision_named
 
 #: The model ``auto`` answers with, the one it falls back to where that one declines, and the one that corrects
@@ -52,7 +53,7 @@ def check_cost_model(name: str) -> str:
 
 
 def estimate_with(graph: ModelGraph, gpu: Device, precision: PrecisionLike, layout: str, cost_model: str = AUTO, *,
-                  mode: str = "eager", host: str | HostProfile | None = None,
+                  mode: str = DEFAULT_MODE, host: str | HostProfile | None = None,
                   calibration: Calibration | None = None) -> tuple[Estimate, tuple[str, ...]]:
     """The estimate of the model ``cost_model`` names (``auto``: this module's choice), and the notes that say
     why another answered than the one chosen. A model asked for by name that cannot answer raises

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dippm_nas.errors import DippmError, suggest
-from dippm_nas.modes import check_mode
+from dippm_nas.modes import DEFAULT_MODE, check_mode
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def get_host_profile(host: str | HostProfile | None = None) -> HostProfile:
     return HOST_PROFILES[name]
 
 
-def host_seconds(is_view: np.ndarray, half: bool, mode: str = "eager",
+def host_seconds(is_view: np.ndarray, half: bool, mode: str = DEFAULT_MODE,
                  host: str | HostProfile | None = None) -> np.ndarray:
     """Per operator, what the host adds before the GPU may start it: the profile's dispatch time in
     eager mode, nothing under CUDA graphs.

@@ -40,9 +40,9 @@ from dippm_nas.cost.threads import one_thread
 from dippm_nas.graph import operators
 from dippm_nas.graph.cast import cast_floats, graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.registry import Device
-from dippm_nas.modes import check_mode
-from dippm_nas.precisions import FULL_DTYPE, PRECISIONS, Precision, PrecisionLike, precision_named
+from dippm_nas.hardware.registry import DEFAULT_LAYOUT, Device
+from dippm_nas.modes import DEFAULT_MODE, check_mode
+from dippm_nas.precisions import DEFAULT_PRECISION, FULL_DTYPE, PRECISIONS, Precision, PrecisionLike, precision_named
 
 
 @cache
@@ -154,8 +154,9 @@ class PMGNSCostModel:
         (:func:`dippm_nas.cost.coverage.not_covered`), then its reference inputs, checked once."""
         return not_covered(precision, self.path) or _inputs_mismatch(self.path, operators.fingerprint())
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
-                 mode: str = "eager", host: str | HostProfile | None = None, base: Estimate | None = None) -> Estimate:
+    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = DEFAULT_PRECISION,
+                 layout: str = DEFAULT_LAYOUT, *, mode: str = DEFAULT_MODE, host: str | HostProfile | None = None,
+                 base: Estimate | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, under the newest PyTorch
         the card has records of on ``device``. ``base``: the estimate of the same request by the model this one
         corrects, where the caller has it (``auto`` has the operator model's), so :meth:`finished` need not make

@@ -38,8 +38,9 @@ from dippm_nas.cost.table import FULL_BYTES, HALF_BYTES, SHAPE_COLUMNS, NodeTabl
 from dippm_nas.graph import operators
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.registry import Device, check_layout
-from dippm_nas.precisions import PrecisionLike, precision_named
+from dippm_nas.hardware.registry import DEFAULT_LAYOUT, Device, check_layout
+from dippm_nas.modes import DEFAULT_MODE
+from dippm_nas.precisions import DEFAULT_PRECISION, PrecisionLike, precision_named
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,8 @@ class OperatorCostModel:
         seconds = np.where(table.is_view, 0.0, np.maximum(np.maximum(roofline.time_s - core, 0.0) + learned, floor))
         return seconds, np.isin(columns.group, [GROUPS.index(g) for g in GEMM_GROUPS])
 
-    def latency_parts(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32",
-                      layout: str = "nchw", *, mode: str = "eager",
+    def latency_parts(self, graph: ModelGraph, device: Device, precision: PrecisionLike = DEFAULT_PRECISION,
+                      layout: str = DEFAULT_LAYOUT, *, mode: str = DEFAULT_MODE,
                       host: str | HostProfile | None = None) -> LatencyParts:
         """What a calibration scales, per operator in issue order: the GPU seconds of the GEMM-class kernels
         and of the others, and the host's seconds to issue each."""
@@ -187,8 +188,9 @@ class OperatorCostModel:
         return LatencyParts(np.where(gemm_class, seconds, 0.0), np.where(gemm_class, 0.0, seconds), roofline.host_s,
                             float(roofline.busy_s.sum()))
 
-    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = "fp32", layout: str = "nchw", *,
-                 mode: str = "eager", host: str | HostProfile | None = None,
+    def estimate(self, graph: ModelGraph, device: Device, precision: PrecisionLike = DEFAULT_PRECISION,
+                 layout: str = DEFAULT_LAYOUT, *,
+                 mode: str = DEFAULT_MODE, host: str | HostProfile | None = None,
                  calibration: Calibration | None = None) -> Estimate:
         """Latency, energy and memory of one inference of ``graph`` at its batch, with each operator's time;
         with ``calibration`` its kernel times, its host (which replaces ``host``), power and memory are the

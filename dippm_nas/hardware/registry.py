@@ -199,6 +199,7 @@ LAYOUTS: dict[str, str] = {
     "nchw": "torch.contiguous_format, PyTorch's default",
     "nhwc": "torch.channels_last (model.to(memory_format=torch.channels_last) and the same for the input)",
 }
+DEFAULT_LAYOUT = "nchw"
 
 
 def check_layout(layout: str) -> str:

@@ -12,14 +12,16 @@ from tqdm import tqdm
 
 from dippm_nas.cache.store import GraphCache
 from dippm_nas.cost.base import Prediction
+from dippm_nas.cost_model_names import AUTO
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-from dippm_nas.hardware.registry import DEFAULT_DEVICE
-from dippm_nas.inputs import InputLike, check_batch
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT
+from dippm_nas.inputs import DEFAULT_BATCH, InputLike, check_batch
 from dippm_nas.integration.block_pool import PROGRESS_FROM
 from dippm_nas.integration.candidate import Candidate
 from dippm_nas.integration.featurizer import CachedFeaturizer, graph_or_failure
+from dippm_nas.modes import DEFAULT_MODE
 
 
 class HardwareCostModel:
@@ -45,10 +47,10 @@ class HardwareCostModel:
     ('a100-40gb', 8, True, '1g.5gb')
     """
 
-    def __init__(self, device: str = DEFAULT_DEVICE, batch: int = 8, precision: str | None = None,
-                 cost_model: str = "auto", cache: GraphCache | str | os.PathLike | None = None,
-                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = "nchw",
-                 mode: str = "eager", host: str | None = None, calibration: str | os.PathLike | None = None,
+    def __init__(self, device: str = DEFAULT_DEVICE, batch: int = DEFAULT_BATCH, precision: str | None = None,
+                 cost_model: str = AUTO, cache: GraphCache | str | os.PathLike | None = None,
+                 use_cache: bool = True, mig_margin: float = DEFAULT_MIG_MARGIN, layout: str = DEFAULT_LAYOUT,
+                 mode: str = DEFAULT_MODE, host: str | None = None, calibration: str | os.PathLike | None = None,
                  workers: int | None = None):
         from dippm_nas._predict import Request
 

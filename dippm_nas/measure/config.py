@@ -6,6 +6,7 @@ import csv
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from dippm_nas.hardware.registry import DEFAULT_LAYOUT
 from dippm_nas.measure.precision_modes import PRECISIONS
 
 __all__ = ["PRECISIONS", "MeasureConfig", "read_manifest", "write_manifest"]
@@ -36,7 +37,7 @@ class MeasureConfig:
     precision: str = "fp32"
     source: str = "timm"
     family: str = ""
-    layout: str = "nchw"
+    layout: str = DEFAULT_LAYOUT
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
