@@ -6,7 +6,6 @@ import csv
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from dippm_nas.hardware.registry import DEFAULT_LAYOUT
 from dippm_nas.measure.precision_modes import PRECISIONS
 
 __all__ = ["PRECISIONS", "MeasureConfig", "read_manifest", "write_manifest"]
@@ -37,7 +36,7 @@ class MeasureConfig:
     precision: str = "fp32"
     source: str = "timm"
     family: str = ""
-    layout: str = DEFAULT_LAYOUT
+    layout: str = "nchw"  # PyTorch's default memory format (the harness imports nothing of the library's tables)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
