@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, queued_latency, torch_release
+from dippm_nas.cost.analytical import AnalyticalCostModel, queued_latency, torch_major_minor
 from dippm_nas.cost.host import get_host_profile
 from dippm_nas.cost.table import node_table
 from dippm_nas.graph import operators
@@ -50,7 +50,7 @@ def host_bound_rows(records, graphs, analytical: AnalyticalCostModel) -> list[di
         if r.graph_key not in graphs or r.latency_ms is None:
             continue
         table = node_table(scale_batch(graphs[r.graph_key], r.batch))
-        gpu = analytical.roofline(table, get_device(r.device), r.precision, r.layout, torch_release(r.torch),
+        gpu = analytical.roofline(table, get_device(r.device), r.precision, r.layout, torch_major_minor(r.torch),
                                   mode="cuda-graphs")
         if r.latency_ms < HOST_BOUND * gpu.latency_s * 1e3:
             continue

@@ -61,7 +61,7 @@ def main() -> int:
 
     from pathlib import Path
 
-    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_major_minor
     from dippm_nas.cost.table import node_table
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
@@ -82,7 +82,8 @@ def main() -> int:
             print(f"  {run.model}: no graph in the store (dippm-nas dataset --featurize)")
             continue
         table = node_table(scale_batch(graph, run.batch))
-        roofline = model.roofline(table, get_device(run.device), run.precision, run.layout, torch_release(run.torch))
+        roofline = model.roofline(table, get_device(run.device), run.precision, run.layout,
+                                  torch_major_minor(run.torch))
         analytical_ms = collections.defaultdict(float)
         for node, seconds in zip(graph.nodes, roofline.time_s.tolist()):
             analytical_ms[node.category if node.category in SHOWN else "other"] += seconds * 1e3

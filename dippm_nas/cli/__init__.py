@@ -140,5 +140,5 @@ def _run(argv: list[str]) -> int:
     except Exception as exc:  # a bug, not the user's input: still one line, with the way to its traceback
         if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
             raise
-        return fail(f"internal error, {one_line(exc)}; this is a bug in dippm-nas: please report it with the "
+        return fail(f"internal error, {one_line(exc)}; this is a bug in dippm-nas: report it with the "
                     f"traceback that {TRACEBACK_ENV}=1 shows.", as_json, EXIT_BUG)

@@ -136,7 +136,7 @@ def version_numbers(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("+")[0].split(".") if p.isdigit())
 
 
-def torch_release(version: str | None) -> tuple[int, int] | None:
+def torch_major_minor(version: str | None) -> tuple[int, int] | None:
     """(major, minor) of a PyTorch version string; None for the current one (or an unreadable one)."""
     numbers = version_numbers(version or "")
     return (numbers + (0,))[:2] if numbers else None
@@ -234,7 +234,7 @@ def units_of(peak: np.ndarray, table: NodeTable, device: Device, precision: Prec
 
 
 def operator_units(table: NodeTable, device: Device, precision: PrecisionLike,
-                   release: tuple[int, int] | None = None) -> np.ndarray:
+                   torch_version: tuple[int, int] | None = None) -> np.ndarray:
     """Per operator, the unit its arithmetic runs on at ``precision``, as the roofline prices it: tensor
     cores (TF32, FP16, BF16) for matrix products, attention and convolutions whose channels suit them where the
     precision's flags allow it, the CUDA cores otherwise; '' for a view.
@@ -248,8 +248,8 @@ def operator_units(table: NodeTable, device: Device, precision: PrecisionLike,
     >>> sorted(set(operator_units(table, a100, "fp32-strict")) - {""})
     ['CUDA cores', 'CUDA cores (FP32)']
     """
-    return units_of(AnalyticalCostModel().roofline(table, device, precision, release=release).peak, table, device,
-                    precision)
+    roofline = AnalyticalCostModel().roofline(table, device, precision, torch_version=torch_version)
+    return units_of(roofline.peak, table, device, precision)
 
 
 def precision_note(table: NodeTable, units: np.ndarray, device: Device, precision: PrecisionLike) -> tuple[str, ...]:
@@ -320,9 +320,9 @@ class AnalyticalCostModel:
     name = "analytical"
 
     def roofline(self, table: NodeTable, device: Device, precision: PrecisionLike, layout: str = DEFAULT_LAYOUT,
-                 release: tuple[int, int] | None = None, *, mode: str = DEFAULT_MODE,
+                 torch_version: tuple[int, int] | None = None, *, mode: str = DEFAULT_MODE,
                  host: str | HostProfile | None = None) -> Roofline:
-        """``release``: PyTorch's (major, minor) where its kernels differ by version; None for the current one.
+        """``torch_version``: PyTorch's (major, minor) where its kernels differ by version; None for the current one.
         ``mode`` and ``host``: how the operators are issued (:mod:`dippm_nas.cost.host`): eager from the
         ``host`` profile's CPU (the default's), or as one CUDA graph."""
         numbers = precision_named(precision)
@@ -356,7 +356,7 @@ class AnalyticalCostModel:
                 moved = moved + transposed * HALF_BYTES * 2
                 kernels += transposed > 0
         math_moved, math_kernels, _, float32_math = math_fallback_cost(
-            table.math_fallback, numbers.half_dtype is not None, h, release)
+            table.math_fallback, numbers.half_dtype is not None, h, torch_version)
         moved = moved + math_moved
         kernels += math_kernels
         peaks = np.array([peak_tflops(lib, device, precision) for lib in operators.kind_table().library]) * 1e12
@@ -387,7 +387,7 @@ class AnalyticalCostModel:
                         host_s=host_seconds(view, half, mode, host), peak=peak)
 
     # -- memory ---------------------------------------------------------------------------------
-    def transient_bytes(self, table: NodeTable, precision: PrecisionLike, release: tuple[int, int] | None = None
+    def transient_bytes(self, table: NodeTable, precision: PrecisionLike, torch_version: tuple[int, int] | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes each operator holds only while it runs: the cast copies it makes before it allocates
         its output, and the workspace it allocates after (one column per tensor).
@@ -405,7 +405,7 @@ class AnalyticalCostModel:
         its float32 scores and copies (:func:`~dippm_nas.graph.operators.attention.math_fallback_cost`)."""
         numbers = precision_named(precision)
         held = math_fallback_cost(table.math_fallback, numbers.half_dtype is not None, numbers.element_bytes,
-                                  release)[2]
+                                  torch_version)[2]
         if not numbers.autocast:
             own_half = table.half_operands  # a model's own half convolutions hold cuDNN's copies too, no cast
             if not own_half.any():
@@ -419,17 +419,17 @@ class AnalyticalCostModel:
                 np.column_stack([table.nhwc_copy_numel * float(h), table.nhwc_output_bytes(h), held]))
 
     def peak_activations(self, table: NodeTable, precision: PrecisionLike,
-                         release: tuple[int, int] | None = None) -> float:
+                         torch_version: tuple[int, int] | None = None) -> float:
         """Peak bytes of live tensors when the operators run in order; a view shares its input."""
-        return _peak_live(table, precision, *self.transient_bytes(table, precision, release))
+        return _peak_live(table, precision, *self.transient_bytes(table, precision, torch_version))
 
     def memory(self, table: NodeTable, precision: PrecisionLike,
-               release: tuple[int, int] | None = None) -> MemoryBreakdown:
+               torch_version: tuple[int, int] | None = None) -> MemoryBreakdown:
         """What the process holds: the context outside the caching allocator, and the allocator's
         peak reserved segments (:func:`~dippm_nas.cost.allocator.replay`) split into what is live at
         the activations' peak and the allocator's rounding and fragmentation on top."""
         workspace = CUBLAS_WORKSPACE_MIB * MIB
-        transient = self.transient_bytes(table, precision, release)
+        transient = self.transient_bytes(table, precision, torch_version)
         resident = [workspace, *table.weight_tensor_bytes.tolist(), table.input_bytes]
         allocator = replay(resident, table.allocations(_element_bytes(precision)), table.free_step, *transient)
         weights, activations = float(table.param_bytes), _peak_live(table, precision, *transient)
@@ -439,12 +439,12 @@ class AnalyticalCostModel:
 
     # -- the whole graph ------------------------------------------------------------------------
     def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: PrecisionLike,
-                  graph: ModelGraph | None = None, release: tuple[int, int] | None = None,
+                  graph: ModelGraph | None = None, torch_version: tuple[int, int] | None = None,
                   host: str | HostProfile | None = None) -> Estimate:
         """Latency, energy and memory from a roofline; the per-operator costs when ``graph`` is given."""
         latency_s = roofline.latency_s
         energy = energy_j(latency_s, float(roofline.busy_s.sum()), *spec_powers(device))
-        memory = self.memory(table, precision, release)
+        memory = self.memory(table, precision, torch_version)
         nodes: tuple[NodeCost, ...] = ()
         notes: tuple[str, ...] = ()
         if graph is not None:

@@ -183,7 +183,7 @@ class Prediction:
 
     @property
     def memory_mb(self) -> float:
-        """Deprecated alias of :attr:`memory_mib` (the value always was MiB); it goes in the next release."""
+        """Deprecated alias of :attr:`memory_mib` (the value always was MiB); it goes in the next version."""
         warnings.warn("Prediction.memory_mb is deprecated: the value is in MiB, read Prediction.memory_mib",
                       DeprecationWarning, stacklevel=2)
         return self.memory_mib
@@ -214,7 +214,7 @@ class Prediction:
 
 
 def _accept_memory_mb(init: Callable[..., None]) -> Callable[..., None]:
-    """Let ``Prediction(memory_mb=...)`` keep working for one release, with a DeprecationWarning."""
+    """Let ``Prediction(memory_mb=...)`` keep working for one version, with a DeprecationWarning."""
 
     @functools.wraps(init)
     def __init__(self, *args, memory_mb: float | None = None, **kwargs) -> None:  # noqa: N807

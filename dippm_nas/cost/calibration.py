@@ -16,9 +16,9 @@ latencies pin down what the spec sheet cannot say, without a correction per mode
   than its peak works longer than the roofline's busy seconds;
 - ``runtime_mib`` and ``reserve_scale``, where the rows measured memory: what the process holds outside
   PyTorch's caching allocator (the CUDA context, the libraries' handles and the kernels' modules, which
-  move with the driver, the CUDA release and the GPU), and a factor on what the allocator reserves beyond
+  move with the driver, the CUDA version and the GPU), and a factor on what the allocator reserves beyond
   the weights (the activations, the cuBLAS workspace and the allocator's rounding, which move with the
-  PyTorch release and its allocator settings). The weights are what they are.
+  PyTorch version and its allocator settings). The weights are what they are.
 
 Ten rows rarely pin down all three, so the rows choose how many to free (``fit``: none, one speed of
 all the GPU's kernels, that and the host's, or all three), by how well each choice predicts the rows left

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, Roofline, torch_release
+from dippm_nas.cost.analytical import BOUNDS, AnalyticalCostModel, Roofline, torch_major_minor
 from dippm_nas.cost.base import Estimate
 from dippm_nas.cost.features import static_features
 from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
@@ -51,8 +51,8 @@ def device_features(device: Device, precision: PrecisionLike) -> dict[str, float
 
 
 def _torch_version(text: str) -> float:
-    release = torch_release(text)
-    return release[0] + release[1] / 100 if release else 0.0
+    torch_version = torch_major_minor(text)
+    return torch_version[0] + torch_version[1] / 100 if torch_version else 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,12 +74,12 @@ def record_inputs(table: NodeTable, record_like: dict, analytical: AnalyticalCos
     its, composed through the same queue: the base is that model's estimate, not the analytical one."""
     device = get_device(record_like["device"])
     precision = precision_named(record_like["precision"])
-    release = torch_release(record_like["torch"])
+    torch_version = torch_major_minor(record_like["torch"])
     mode, host = record_like.get("mode", "eager"), record_like.get("host")
-    roofline = analytical.roofline(table, device, precision, record_like["layout"], release, mode=mode, host=host)
+    roofline = analytical.roofline(table, device, precision, record_like["layout"], torch_version, mode=mode, host=host)
     if timing is not None:
         roofline = replace(roofline, time_s=timing(table, roofline, device, precision))
-    estimate = analytical.summarize(table, roofline, device, precision, release=release, host=host)
+    estimate = analytical.summarize(table, roofline, device, precision, torch_version=torch_version, host=host)
     feats = {k: (math.log1p(v) if k.startswith(("count=", "n_", "dippm_")) else v)
              for k, v in static_features(table).items()}
     feats["batch"] = math.log(record_like["batch"])

@@ -25,7 +25,7 @@ class Scaling:
 
     The network learned nothing of a value beyond that range. A feature constant in training (a
     GPU's spec sheet when one GPU's records are the training set, the count of an operator no
-    training model has, a PyTorch release newer or older than all of them) kept the random weights
+    training model has, a PyTorch version newer or older than all of them) kept the random weights
     its first layer started with, and a value training never gave it would add their random sum to
     every prediction; one that varied was learned over its range only. Beyond it, a value reads as
     the nearest one training saw.

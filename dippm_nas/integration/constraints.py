@@ -19,7 +19,7 @@ from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, get_device
 
 #: The user attributes a scored trial carries (Optuna's dashboard shows them), in the units of
 #: :data:`dippm_nas.cost.base.UNITS` (latency and energy per batch, memory in MiB; ``memory_mb`` is the
-#: deprecated alias of ``memory_mib``, kept for one release); ``fits`` says whether the candidate fits the
+#: deprecated alias of ``memory_mib``, kept for one version); ``fits`` says whether the candidate fits the
 #: device's memory; ``notes`` say which cost model answered, how far the candidate is from what it
 #: learned from, and its latency error on comparable held-out records.
 PREDICTION_ATTRS = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "memory_mb", "fits",

@@ -42,7 +42,7 @@ from dippm_nas.measure.timing import (
     Timer,
     Timing,
     capture_cuda_graph,
-    release_cublas_workspaces,
+    free_cublas_workspaces,
     tightest,
     time_steps,
 )
@@ -248,7 +248,7 @@ def measure_one(cfg: MeasureConfig, env: Environment, context_mib: float | None,
     model = models(cfg)
     gpu = models.gpu
     if cuda:  # the peak from here on: the resident weights, the input, the run
-        release_cublas_workspaces()  # those of the graph captures so far; the run allocates its own
+        free_cublas_workspaces()  # those of the graph captures so far; the run allocates its own
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     x, precision = model_input(cfg, env.device_kind, models.device)

@@ -151,7 +151,7 @@ def tightest(measure: Callable[[], T], spread: Callable[[T], float] = lambda t: 
     return best, attempts
 
 
-def release_cublas_workspaces() -> None:
+def free_cublas_workspaces() -> None:
     """Frees the cuBLAS workspace that PyTorch keeps per stream (32 MiB each on Hopper), on CUDA.
 
     A user's eager process has one, on its default stream. The harness's CUDA-graph captures run on

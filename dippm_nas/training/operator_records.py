@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, torch_release
+from dippm_nas.cost.analytical import AnalyticalCostModel, torch_major_minor
 from dippm_nas.cost.operator_cost import core_and_floor, kernel_columns
 from dippm_nas.cost.operator_model import CandidateTensors, OperatorNetwork
 from dippm_nas.training.dataset import configurations, load_graphs
@@ -95,7 +95,7 @@ def record_set(records: Sequence[Record], progress: Callable[[str], None] = prog
         for i in members:
             r = kept[i]
             device = get_device(r.device)
-            roofline = analytical.roofline(table, device, r.precision, r.layout, torch_release(r.torch))
+            roofline = analytical.roofline(table, device, r.precision, r.layout, torch_major_minor(r.torch))
             columns = kernel_columns(table, roofline.peak, device, r.precision)
             core, floor = core_and_floor(columns, roofline, device)
             run = np.flatnonzero(~table.is_view)

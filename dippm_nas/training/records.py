@@ -168,7 +168,7 @@ def neusight_records(folder: Path | None = None) -> list[Record]:
 
 #: Protocols whose memory columns are not the model's: the second protocol's process kept a cuBLAS
 #: workspace for each side stream its CUDA-graph captures had used, 32 MiB more per configuration measured
-#: before in the process (``measure.timing.release_cublas_workspaces``; data/measurements/README.md).
+#: before in the process (``measure.timing.free_cublas_workspaces``; data/measurements/README.md).
 MEMORY_NOT_THE_MODELS = ("dippm-nas-v2:",)
 
 

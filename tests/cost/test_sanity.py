@@ -116,12 +116,12 @@ def test_attention_no_fused_kernel_takes_runs_as_math():
     assert scores == batch * blocks * heads * tokens * tokens and q == k == v == out == scores / tokens * dim
     model, gpu = AnalyticalCostModel(), get_device("a100-40gb")
 
-    def attention_cost(rank: int, release: tuple[int, int] | None):
+    def attention_cost(rank: int, torch_version: tuple[int, int] | None):
         table = tables[rank]
-        roofline = model.roofline(table, gpu, "fp16", release=release)
-        (cost,) = [c for c, n in zip(model.summarize(table, roofline, gpu, "fp16", graphs[rank], release).nodes,
+        roofline = model.roofline(table, gpu, "fp16", torch_version=torch_version)
+        (cost,) = [c for c, n in zip(model.summarize(table, roofline, gpu, "fp16", graphs[rank], torch_version).nodes,
                                      graphs[rank].nodes) if n.category == "attention"]
-        return cost, model.peak_activations(table, "fp16", release)
+        return cost, model.peak_activations(table, "fp16", torch_version)
 
     (fused, _), (upcast, upcast_peak), (half, half_peak) = (
         attention_cost(4, None), attention_cost(5, None), attention_cost(5, (2, 4)))

@@ -74,18 +74,18 @@ def _math_fallback(attention: Node) -> tuple[float, ...]:
 
 
 def math_fallback_cost(columns: np.ndarray, autocast: bool, element_bytes: int,
-                       release: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+                       torch_version: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Per operator, what eager's math attention adds to the fused operator the graph has, from the
     ``math_fallback`` columns ``[n, 6]``: bytes moved, kernels, the tensors it holds at its peak (one
     column each, in the order it allocates them: its float32 copies of query, key and value when it
     upcasts, the scaled query, the raw scores, their normalisation, and the safe normalisation's bool mask
     and result) and whether it computes in float32; zeros where a fused kernel runs it. ``autocast`` and
-    ``element_bytes``: the precision's; ``release`` is PyTorch's (major, minor), None for the current one.
+    ``element_bytes``: the precision's; ``torch_version`` is PyTorch's (major, minor), None for the current one.
     The allocator replays the tensors one by one: as one block, a 13-bytes-per-score lump fits none of the
     segments the scores of the previous attention left behind."""
     scores, q, k, v, out, mask = columns.T
     on = scores > 0
-    since = release is None or release >= MATH_UPCAST_SINCE
+    since = torch_version is None or torch_version >= MATH_UPCAST_SINCE
     upcast = autocast and since
     f = FLOAT32_BYTES
     e = f if upcast or not autocast else element_bytes  # bytes per element it computes in
