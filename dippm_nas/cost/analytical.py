@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -310,6 +311,11 @@ class Roofline:
         return float(self.time_s[self.bound == BOUNDS.index(bound)].sum()) / total
 
 
+#: Each graph's memory per set of tensors it holds (:meth:`AnalyticalCostModel.memory`), kept while its node
+#: table lives: the allocator's replay is the costliest step of an estimate.
+_MEMORY: WeakKeyDictionary[NodeTable, dict[tuple, MemoryBreakdown]] = WeakKeyDictionary()
+
+
 class AnalyticalCostModel:
     """Roofline latency, liveness memory and utilisation-driven power; no parameters to train.
 
@@ -430,12 +436,18 @@ class AnalyticalCostModel:
         the activations' peak and the allocator's rounding and fragmentation on top."""
         workspace = CUBLAS_WORKSPACE_MIB * MIB
         transient = self.transient_bytes(table, precision, torch_version)
-        resident = [workspace, *table.weight_tensor_bytes.tolist(), table.input_bytes]
-        allocator = replay(resident, table.allocations(_element_bytes(precision)), table.free_step, *transient)
-        weights, activations = float(table.param_bytes), _peak_live(table, precision, *transient)
-        slack = max(0.0, allocator.peak_reserved - weights - activations - workspace)
-        return MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB, slack / MIB,
-                               KERNEL_MODULES_MIB)
+        element_bytes = _element_bytes(precision)
+        # the same tensors give the same replay: a residual over the operator model asks again for its request
+        key = (element_bytes, precision_named(precision).name, *(t.tobytes() for t in transient))
+        known = _MEMORY.setdefault(table, {})
+        if key not in known:
+            resident = [workspace, *table.weight_tensor_bytes.tolist(), table.input_bytes]
+            allocator = replay(resident, table.allocations(element_bytes), table.free_step, *transient)
+            weights, activations = float(table.param_bytes), _peak_live(table, precision, *transient)
+            slack = max(0.0, allocator.peak_reserved - weights - activations - workspace)
+            known[key] = MemoryBreakdown(CUDA_CONTEXT_MIB, weights / MIB, activations / MIB, CUBLAS_WORKSPACE_MIB,
+                                         slack / MIB, KERNEL_MODULES_MIB)
+        return known[key]
 
     # -- the whole graph ------------------------------------------------------------------------
     def summarize(self, table: NodeTable, roofline: Roofline, device: Device, precision: PrecisionLike,

@@ -27,6 +27,11 @@ class NodeCost:
     bound: str  # "compute", "memory", "overhead" or "free" (a view)
     unit: str = ""  # what runs its arithmetic: "tensor cores (TF32)", "CUDA cores (FP32)"...; "" for a view
 
+    def scaled(self, factor: float) -> NodeCost:
+        """The same operator with its time times ``factor``: what ``dataclasses.replace`` gives, in a third of
+        its time, which counts where every operator of a graph is scaled."""
+        return NodeCost(self.node, self.op, self.time_ms * factor, self.flops, self.bytes, self.bound, self.unit)
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:

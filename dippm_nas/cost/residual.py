@@ -77,7 +77,7 @@ class ResidualCostModel(PMGNSCostModel):
         each operator's time: the operator model's (``base`` where the caller made it), scaled as the residual
         scales the GPU's time."""
         timed = base if base is not None else self.operators.estimate(graph, device, precision, layout, **execution)
-        nodes = tuple(replace(n, time_ms=n.time_ms * gpu_ratio) for n in timed.nodes)
+        nodes = tuple(n.scaled(gpu_ratio) for n in timed.nodes)
         note = (f"the residual (PMGNS over the operator model) moved the operator model's {base_ms:.4g} ms by "
                 f"{estimate.latency_ms / base_ms - 1:+.1%}; each operator's time is the operator model's times "
                 f"{gpu_ratio:.3g}")
