@@ -303,12 +303,13 @@ def _mig_gpu(request: Request) -> Device:
     return gpu
 
 
-def slice_estimates(graph: ModelGraph, request: Request) -> list[SliceEstimate]:
-    """:func:`mig_table` for a graph and a request already checked and resolved."""
+def slice_estimates(graph: ModelGraph, request: Request, whole: Prediction | None = None) -> list[SliceEstimate]:
+    """:func:`mig_table` for a graph and a request already checked and resolved; ``whole``: the prediction of
+    the same graph and request on the whole GPU, where the caller has made it (``dippm-nas mig`` prints it)."""
     gpu = _mig_gpu(request)
     graph, precision, _ = graph_at_precision(graph, request.precision)  # cast once, not once a slice
     request = replace(request, precision=precision)
-    whole = predict_request(graph, request.on(gpu))
+    whole = whole or predict_request(graph, request.on(gpu))
     request = replace(request, cost_model=whole.answered_by)  # the same model on every slice as on the whole GPU
     rows = []
     for profile in gpu.mig_profiles:

@@ -159,7 +159,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
     request = checked_request(args)
     graph = checked_graph(args.model, inputs_of(args), args.batch)
     whole = predict_request(graph, request.on(request.gpu.whole_gpu()))  # a slice key stands for its GPU
-    rows = slice_estimates(graph, request)
+    rows = slice_estimates(graph, request, whole)
     if args.json:
         print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),
                           "profiles": [r.to_dict() for r in rows],
