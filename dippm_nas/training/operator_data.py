@@ -56,9 +56,8 @@ CORPUS_PRECISION = "fp32-strict"
 #: suffix takes a Python scalar.
 CORPUS_ELEMENTWISE = {"add": 2, "mul": 2, "div": 2, "pow": 2, "addu": 1, "mulu": 1, "divu": 1, "powu": 1,
                       "relu": 1, "gelu": 1, "tanh": 1}
-#: The library that runs each group's arithmetic, as the graph's categories say (none: the CUDA cores).
-GROUP_LIBRARY = {"gemm": operators.GEMM.library, "attention": operators.ATTENTION.library,
-                 "conv": operators.CONV.library}
+#: The library that runs each group's arithmetic, as the registry's categories say (none: the CUDA cores).
+GROUP_LIBRARY = {c.kernel: c.library for c in operators.categories() if c.library is not None}
 #: NeuSight's operators as the registry spells them (its README names the PyTorch call of each).
 CORPUS_SPELLINGS = {"bmm": "relax.matmul", "linear": "relax.linear", "conv": "relax.nn.conv2d",
                     "ln": "relax.nn.layer_norm", "softmax": "relax.nn.softmax", "add": "relax.add",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from dippm_nas.cost.table import node_table
 from dippm_nas.graph.model_graph import ModelGraph, operator_node
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.measure.sweep_operators import KINDS
-from dippm_nas.training.operator_data import kernel_view
+from dippm_nas.training.operator_data import kernel_view, load_operator_samples, protocol_gaps
 
 
 def _one_operator_graph(node) -> ModelGraph:
@@ -63,3 +64,26 @@ def test_a_grouped_convolution_gets_no_winograd_candidate_in_training_either():
     columns = kernel_columns(node_table(_one_operator_graph(grouped)), np.full(1, device.fp32_tflops * 1e12), device,
                              "fp32")
     assert kernel_view(grouped)["winograd"] == bool(columns.winograd[0])
+
+
+def test_the_shipped_operator_model_was_trained_on_what_this_version_reads():
+    """Reading the operator data again gives the shipped model's training set: the samples its card counts per GPU
+    and operator, the protocol gaps it records, and the mean of every candidate's features that it normalises
+    by, to the last bit; so a change to how measured operators are read cannot pass unseen."""
+    import torch
+
+    from dippm_nas.cost.operator_model import load
+    from dippm_nas.training.operator_training import _Stacked
+
+    shipped = load()
+    samples = load_operator_samples()
+    counts = {gpu: dict(sorted(Counter(samples.operator[samples.gpu == gpu]).items()))
+              for gpu in sorted(set(samples.gpu))}
+    retrain = ("the operator data reads otherwise than when the shipped operator model was trained: where rows were "
+               "added, retrain it (dippm-nas train --operators) and its residual (dippm-nas evaluate "
+               "--leave-one-gpu-out --ship); else the change to how operators are read moved its training set")
+    assert counts == shipped.card["trained_on"], retrain
+    assert {f"{gpu}:{op}": round(g * 1e6, 3) for (gpu, op), g in sorted(protocol_gaps(samples).items())} == (
+        shipped.card["protocol_gaps_us"]), retrain
+    features = _Stacked.of(samples, use_named_tiles=True).candidates.features
+    assert torch.equal(features.mean(dim=0), shipped.network.mean), retrain
