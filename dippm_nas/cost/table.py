@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -456,21 +457,26 @@ def _free_steps(graph: ModelGraph, is_view: np.ndarray, in_place: np.ndarray, he
     return last_use
 
 
-#: Where :func:`node_table` keeps a graph's table on the graph object.
-_TABLE_ATTR = "_dippm_node_table"
+#: Each graph's table by the graph object's identity, dropped when the graph is: a graph is a frozen value,
+#: and two equal graphs (copies made with ``dataclasses.replace``) are two objects with a table each.
+_TABLES: dict[int, NodeTable] = {}
 
 
 def keep_table(graph: ModelGraph, table: NodeTable) -> None:
-    """Keep ``table`` on ``graph`` as :func:`node_table` would: a table made another way (:meth:`NodeTable.stitched`)
+    """Keep ``table`` for ``graph`` as :func:`node_table` would: a table made another way (:meth:`NodeTable.stitched`)
     that must equal :meth:`NodeTable.of` the graph."""
-    graph.__dict__[_TABLE_ATTR] = table
+    key = id(graph)
+    if key not in _TABLES:
+        weakref.finalize(graph, _TABLES.pop, key, None)
+    _TABLES[key] = table
 
 
 def node_table(graph: ModelGraph) -> NodeTable:
-    """The operators' numbers as columns, computed once per graph object and kept on it: every MIG
+    """The operators' numbers as columns, computed once per graph object and kept while it lives: every MIG
     slice, device and precision a graph is predicted for reads the same table. A copy made with
     ``dataclasses.replace`` (another batch, another name) is another graph and gets its own."""
-    table = graph.__dict__.get(_TABLE_ATTR)
+    table = _TABLES.get(id(graph))
     if table is None:
-        table = graph.__dict__[_TABLE_ATTR] = NodeTable.of(graph)
+        table = NodeTable.of(graph)
+        keep_table(graph, table)
     return table
