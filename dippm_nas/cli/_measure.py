@@ -145,6 +145,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sw.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this many seconds")
     sw.add_argument("--seed", type=int, default=0, help="the sample of shapes (default: 0); rerun with it to resume")
     sw.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
+    sw.add_argument("--points", default=None, metavar="PLAN.csv",
+                    help="instead of the seeded sample: the points this CSV's key column lists, in its order (e.g. "
+                         "data/manifests/vidur_gemms.csv, Vidur's LLM GEMMs); its rows leave seed empty")
     sw.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after this many points
     sw.set_defaults(func=cmd_sweep)
     ca = sub.add_parser(
@@ -178,10 +181,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``dippm-nas sweep``: a missing GPU or a file of other rows is a one-line error, not a traceback."""
-    from dippm_nas.measure.sweep import run_sweep
+    from dippm_nas.measure.sweep import read_points, run_sweep
 
+    points = read_points(args.points) if args.points else None
     try:
-        run_sweep(args.out, args.device, args.budget_s, args.seed, args.by, limit=args.limit)
+        run_sweep(args.out, args.device, args.budget_s, args.seed, args.by, limit=args.limit, points=points)
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
     return 0

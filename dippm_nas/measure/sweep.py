@@ -24,7 +24,7 @@ import csv
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -252,15 +252,45 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def read_points(path: str | Path) -> list[Point]:
+    """The points a plan file lists, in its order: a CSV whose ``key`` column names each point as a sweep's row
+    does (``linear:m=1;n=3072;k=4096;bias=0:fp16-weights``). A plan of shapes chosen elsewhere (an LLM's
+    projections, say) is timed by the sweep's protocol, point for point comparable with its rows."""
+    path = Path(path)
+    if not path.is_file():
+        raise DippmError(f"no plan of points at {path}; give a CSV with a key column, e.g. "
+                         "data/manifests/vidur_gemms.csv")
+    points = []
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        if "key" not in (reader.fieldnames or []):
+            raise DippmError(f"{path} has no key column; a plan of points lists each point's key, as a sweep's "
+                             "rows name them")
+        for line, row in enumerate(reader, start=2):
+            try:
+                point = Point.from_key(row["key"])
+                if point.kind not in KINDS or point.precision not in PRECISION_MODES:
+                    raise ValueError(f"unknown {'kind' if point.kind not in KINDS else 'precision'}")
+                KINDS[point.kind].operands(point.shape)
+            except (KeyError, ValueError) as exc:
+                raise DippmError(f"{path}, line {line}: {row['key']!r} is no sweep point ({one_line(exc)}); a key "
+                                 f"is kind:name=value;...:precision, of the kinds {', '.join(KINDS)} and the "
+                                 f"precisions {', '.join(PRECISIONS)}") from None
+            points.append(point)
+    return points
+
+
 def run_sweep(out: str | Path, device_kind: str = "cuda", budget_s: float | None = None, seed: int = 0,
               measured_by: str = "dippm-nas harness", progress: Callable[[str], None] = _stderr,
-              limit: int | None = None) -> int:
-    """Measure the points of the seed's plan that ``out`` does not hold yet; returns how many were measured.
+              limit: int | None = None, points: Sequence[Point] | None = None) -> int:
+    """Measure the points of the seed's plan (or of ``points``, a plan of its own) that ``out`` does not hold
+    yet; returns how many were measured.
 
     Stops cleanly before ``budget_s`` seconds (the longest point so far is the margin) or after ``limit``
-    points; a rerun with the same seed continues where this one stopped. A point whose footprint exceeds
+    points; a rerun with the same plan continues where this one stopped. A point whose footprint exceeds
     :func:`memory_cap` is skipped before anything is allocated (no row: it is not a result of the GPU);
     an out-of-memory or another failure is a row with status ``oom`` or ``error``, and the sweep goes on.
+    A row of a plan of its own leaves ``seed`` empty.
     """
     start = time.monotonic()
     if device_kind not in ("cuda", "cpu"):
@@ -270,8 +300,10 @@ def run_sweep(out: str | Path, device_kind: str = "cuda", budget_s: float | None
     out = Path(out)
     prepare_file(out)
     done = measured_keys(out)
-    todo = [p for p in sweep_points(seed, device_kind) if p.key not in done]
-    progress(f"{len(done)} points already in {out}; {len(todo)} of seed {seed}'s plan to measure")
+    plan, plan_name, again = ((sweep_points(seed, device_kind), f"seed {seed}'s plan", f"rerun with --seed {seed}")
+                              if points is None else (points, "the plan given", "rerun with the same plan"))
+    todo = [p for p in plan if p.key not in done]
+    progress(f"{len(done)} points already in {out}; {len(todo)} of {plan_name} to measure")
     env = describe(device_kind).as_row()
     timer = CudaTimer() if device_kind == "cuda" else cpu_timer
     cap = memory_cap(device_kind)
@@ -281,7 +313,7 @@ def run_sweep(out: str | Path, device_kind: str = "cuda", budget_s: float | None
         if limit is not None and measured >= limit:
             break
         if budget_s is not None and time.monotonic() - start + longest > budget_s:
-            progress(f"budget of {budget_s:g} s reached after {measured} points; rerun with --seed {seed} to continue")
+            progress(f"budget of {budget_s:g} s reached after {measured} points; {again} to continue")
             return measured
         if point.footprint > cap:
             skipped += 1
@@ -294,7 +326,7 @@ def run_sweep(out: str | Path, device_kind: str = "cuda", budget_s: float | None
         # outside the handler, whose traceback would keep the failed point's tensors alive
         broken = _recover(point) if device_kind == "cuda" and row["status"] != "ok" else None
         row.update(env, **PRECISION_MODES[point.precision].flags(), protocol=SWEEP_PROTOCOL,
-                   measured_by=measured_by, date=utc_now(), seed=seed)
+                   measured_by=measured_by, date=utc_now(), seed=seed if points is None else "")
         append_rows(out, [row], SWEEP_COLUMNS)
         if broken is not None:
             raise broken
@@ -304,7 +336,7 @@ def run_sweep(out: str | Path, device_kind: str = "cuda", budget_s: float | None
         progress(f"[{measured}] {point.key}: {row['status']} {verdict}")
     left = len(todo) - measured - skipped
     progress(f"{measured} points measured, {skipped} skipped (over the memory cap of {cap / MIB:.0f} MiB); "
-             + (f"{left} left: rerun with --seed {seed} to continue" if left else "the plan is done"))
+             + (f"{left} left: {again} to continue" if left else "the plan is done"))
     return measured
 
 

@@ -178,8 +178,15 @@ def _build_mm(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
     return lambda: torch.mm(a, b)
 
 
+def _has_bias(p: Params) -> bool:
+    """A drawn linear layer has a bias; a point of a plan of its own says ``bias=0`` for one without (an LLM's
+    projections, as Vidur profiled them)."""
+    return bool(p.get("bias", 1))
+
+
 def _build_linear(p: Params, dtype: torch.dtype, device: torch.device) -> Step:
-    x, w, b = (_rand(s, dtype, device) for s in ((p["m"], p["k"]), (p["n"], p["k"]), (p["n"],)))
+    x, w = _rand((p["m"], p["k"]), dtype, device), _rand((p["n"], p["k"]), dtype, device)
+    b = _rand((p["n"],), dtype, device) if _has_bias(p) else None
     return lambda: F.linear(x, w, b)
 
 
@@ -238,7 +245,8 @@ def _gemm_operands(p: Params) -> Operands:
 
 
 def _linear_operands(p: Params) -> Operands:
-    return Operands(inputs=((p["m"], p["k"]),), weights=((p["n"], p["k"]), (p["n"],)), outputs=((p["m"], p["n"]),))
+    weights = ((p["n"], p["k"]), (p["n"],)) if _has_bias(p) else ((p["n"], p["k"]),)
+    return Operands(inputs=((p["m"], p["k"]),), weights=weights, outputs=((p["m"], p["n"]),))
 
 
 def _bmm_operands(p: Params) -> Operands:

@@ -23,13 +23,13 @@ import numpy as np
 from dippm_nas.training.operator_data import GEMM_CLASS, VIDUR_OPERATOR
 from dippm_nas.training.operator_records import progress_to_stderr
 from dippm_nas.training.operator_training import HeldOut
+from dippm_nas.training.vidur import TOKEN_RANGES
 
 #: The bars the operator-model issue sets: median over held-out GPUs per category, and no GPU above the last.
 OPERATOR_BARS = {"gemm-class": 0.15, "others": 0.20, "any GPU": 0.25}
 #: The bars on NeuSight's whole transformers, per GPU.
 TRANSFORMER_BARS = {"a100-40gb-pcie": 0.06, "v100-pcie-32gb": 0.08, "t4": 0.12}
-#: Vidur's GEMMs of a held-out GPU by tokens, and the bar on those of at least MANY_TOKENS.
-TOKEN_RANGES = ((1, 255), (256, 1999), (2000, 32768))
+#: The bar on Vidur's GEMMs of a held-out GPU of at least MANY_TOKENS tokens.
 MANY_TOKENS, VIDUR_BAR = 256, 0.15
 
 

@@ -22,6 +22,9 @@ VIDUR_GPUS = {"a100": "a100-80gb", "h100": "h100-sxm"}
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 #: The precision Vidur profiled at: fp16 weights and activations, no autocast.
 VIDUR_PRECISION = "fp16-weights"
+#: Ranges of tokens that a GEMM's regime changes between (launch-bound, memory-bound, compute-bound on an
+#: A100-class GPU), in which its reports break the errors down and its sweep plan draws evenly.
+TOKEN_RANGES = ((1, 255), (256, 1999), (2000, 32768))
 
 
 def gemm_shapes(row: dict[str, str]) -> dict[str, tuple[int, int]]:
@@ -54,3 +57,32 @@ def measured_gemms(folder: Path) -> dict[tuple[int, int, int], float]:
                     if value:
                         found[(k, n, tokens)].append(float(value))
     return {shape: float(np.median(values)) for shape, values in sorted(found.items())}
+
+
+def sweep_plan(root: Path, seed: int = 0) -> list[dict[str, object]]:
+    """Vidur's GEMM shapes as an operator sweep's points (``linear`` without bias, at ``fp16-weights``), so that
+    a GPU timed by the sweep's protocol can be set beside Vidur's profiler shape for shape. The H100's shapes
+    come first, then the A100's others, each in a seeded order: a session cut short has as many of each range of tokens
+    (:data:`TOKEN_RANGES`), drawn over every model and layer. ``root`` holds Vidur's GPU folders (``data/vidur``).
+
+    >>> plan = sweep_plan(Path("data/vidur"))
+    >>> plan[0]["key"].startswith("linear:m="), plan[0]["key"].endswith(";bias=0:fp16-weights")
+    (True, True)
+    """
+    import itertools
+    import random
+
+    from dippm_nas.measure.sweep import Point
+
+    shapes = {folder: set(measured_gemms(root / folder)) for folder in ("h100", "a100")}
+    plan: list[dict[str, object]] = []
+    rng = random.Random(f"vidur-gemms:{seed}")
+    for folder, others in (("h100", set()), ("a100", shapes["h100"])):
+        ordered = sorted(shapes[folder] - others)
+        rng.shuffle(ordered)
+        bands = [[s for s in ordered if low <= s[2] <= high] for low, high in TOKEN_RANGES]
+        for k, n, tokens in (s for turn in itertools.zip_longest(*bands) for s in turn if s is not None):
+            point = Point("linear", (("m", tokens), ("n", n), ("k", k), ("bias", 0)), VIDUR_PRECISION)
+            plan.append({"key": point.key, "tokens": tokens, "in_features": k, "out_features": n,
+                         "profiled_on": "a100,h100" if (k, n, tokens) in shapes["h100"] else "a100"})
+    return plan
