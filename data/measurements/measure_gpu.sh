@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Spends a few minutes of a GPU on ground truth: the repeatability manifest, the campaign's four steps
-# each in a process of its own (a broken CUDA context ends one step, not the session), the repeatability
-# manifest again.
+# Spends a few minutes of a GPU on ground truth, in the order the data lacks it most: the host's cost per
+# operator, the search spaces' candidates, the user's path (`measure --quick` and `measure --space`, as a
+# user runs them), Vidur's LLM GEMMs at fp16 weights, the operator sweep and the model manifest, each in a
+# process of its own (a broken CUDA context ends one step, not the session).
 #
 #   bash data/measurements/measure_gpu.sh OUT_DIR [SECONDS] [cuda|cpu] [FROM]
 #
-# OUT_DIR receives at most eight files, none deeper than two folders, to copy back from the GPU's
-# machine: session.log (everything printed), repeat-a.csv and repeat-b.csv (data/manifests/memcheck.csv
-# measured in two fresh processes, first and last), host/, sweeps/, kernels/ and the model rows,
-# each named after the GPU. This GPU's files in FROM (default data/measurements) are copied to
-# OUT_DIR first, so every step resumes where the last session stopped and each file comes back whole:
-# copy it over the one in FROM. A copied file that no step changed is removed at the end. SECONDS
-# (default 540) bounds the whole script; every step is also stopped by `timeout` a minute past its
-# budget, which loses at most the configuration in flight.
-# The test of this script sets SESSION_REPEAT_MANIFEST, SESSION_REPEAT_S and SESSION_CAMPAIGN_ARGS (more
-# arguments for every campaign step) to measure a tiny model instead.
+# OUT_DIR receives at most seven files, none deeper than two folders, to copy back from the GPU's machine:
+# session.log (everything printed, with each step's exit status and seconds), host/, spaces/, user/, the
+# sweep of Vidur's GEMMs (sweeps/<gpu>-vidur.csv), the operator sweep and the model rows, each named after
+# the GPU. This GPU's files in FROM (default data/measurements) are copied to OUT_DIR first, so every step
+# resumes where the last session stopped and each file comes back whole: copy it over the one in FROM. A
+# copied file that no step changed is removed at the end. SECONDS (default 540) bounds the whole script;
+# every step is also stopped by `timeout` a minute past its budget, which loses at most the configuration
+# in flight. Kernel profiles and the repeatability manifest are for a second call (README.md beside this).
+# The test of this script sets SESSION_CAMPAIGN_ARGS (more arguments for every campaign step),
+# SESSION_QUICK_ARGS and SESSION_SPACE_ARGS (the user's `measure` arguments in place of `--quick` and
+# `--space mobilenetv3`) to measure tiny models instead.
 set -u -o pipefail
 out=${1:?give the folder the files go to}
 total=${2:-540}
@@ -25,9 +27,9 @@ mkdir -p "$out"
 log="$out/session.log"
 python=$(command -v python3 || command -v python)
 deadline=$((SECONDS + total))
-repeat_manifest=${SESSION_REPEAT_MANIFEST:-data/manifests/memcheck.csv}
-repeat_s=${SESSION_REPEAT_S:-75}  # each pass of the six memcheck configurations
 read -r -a campaign_args <<< "${SESSION_CAMPAIGN_ARGS:-}"
+read -r -a quick_args <<< "${SESSION_QUICK_ARGS:---quick}"
+read -r -a space_args <<< "${SESSION_SPACE_ARGS:---space mobilenetv3}"
 
 say() { echo "== $(date -u +%FT%TZ) $*" | tee -a "$log"; }
 
@@ -37,44 +39,60 @@ gpu_state() {
     fi
 }
 
-repeat_pass() {  # $1: a or b
-    say "repeatability pass $1: $repeat_manifest in a fresh process"
-    timeout $((repeat_s + 60)) "$python" -m dippm_nas.cli measure --manifest "$repeat_manifest" \
-        --out "$out/repeat-$1.csv" --device "$device" --budget-s "$repeat_s" 2>&1 | tee -a "$log"
-    say "pass $1 exit status ${PIPESTATUS[0]}"
+budget_of() {  # $1: a share of the time left (1 for all of it), $2: at least this many seconds
+    awk -v l="$((deadline - SECONDS - 10))" -v s="$1" -v m="${2:-0}" \
+        'BEGIN { b = int(l * s); if (b < m) b = (m < l ? m : l); print (b > 0 ? b : 0) }'
 }
 
-campaign_step() {  # $1: step name, $2: its share of the campaign time left (1 for the last), $3: at least
-    local left=$((deadline - SECONDS - repeat_s - 15))
-    local budget=$(awk -v l="$left" -v s="$2" -v m="${3:-0}" \
-        'BEGIN { b = int(l * s); if (b < m) b = (m < l ? m : l); print (b > 0 ? b : 0) }')
+campaign_step() {  # $1: step name, $2: its share of the time left (1 for the last), $3: at least
+    local budget began
+    budget=$(budget_of "$2" "${3:-0}")
     if [ "$budget" -lt 5 ]; then
         say "campaign step $1: no time left"
         return
     fi
     say "campaign step $1: $budget s"
+    began=$SECONDS
     timeout $((budget + 60)) "$python" -m dippm_nas.cli campaign --out-dir "$out" --budget-s "$budget" \
         --steps "$1" --device "$device" ${campaign_args[@]+"${campaign_args[@]}"} 2>&1 | tee -a "$log"
-    say "step $1 exit status ${PIPESTATUS[0]}"
+    say "step $1 exit status ${PIPESTATUS[0]} in $((SECONDS - began)) s"
+}
+
+user_step() {  # $1: a name for the log, $2: its share of the time left; the rest: `dippm-nas measure` arguments
+    local name=$1 share=$2 budget began
+    shift 2
+    budget=$(budget_of "$share")
+    if [ "$budget" -lt 5 ]; then
+        say "user's $name: no time left"
+        return
+    fi
+    say "user's $name: dippm-nas measure $* --out $out/user/$slug.csv ($budget s)"
+    mkdir -p "$out/user"
+    began=$SECONDS
+    timeout $((budget + 60)) "$python" -m dippm_nas.cli measure "$@" --out "$out/user/$slug.csv" \
+        --device "$device" --budget-s "$budget" 2>&1 | tee -a "$log"
+    say "user's $name exit status ${PIPESTATUS[0]} in $((SECONDS - began)) s"
 }
 
 say "session: $total s on $device, files to $out"
 copied=()
 slug=$("$python" -c "from dippm_nas.measure.campaign import gpu_slug; print(gpu_slug('$device'))")
 if [ "$(realpath "$from")" != "$(realpath "$out")" ]; then
-    for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,sweeps,kernels}/"$slug".csv; do
+    for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,spaces,user,sweeps}/"$slug".csv \
+            "$from/sweeps/$slug-vidur.csv"; do
         [ -f "$file" ] || continue
         mkdir -p "$out/$(dirname "${file#"$from"/}")"
         cp "$file" "$out/${file#"$from"/}" && say "resuming from $file" && copied+=("${file#"$from"/}")
     done
 fi
 gpu_state
-repeat_pass a
-campaign_step host 0.1 20
-campaign_step sweep 0.35
-campaign_step models 0.85
-campaign_step kernels 1
-repeat_pass b
+campaign_step host 0.05 20
+campaign_step spaces 0.45
+user_step quick 0.25 "${quick_args[@]}"
+user_step space 0.35 "${space_args[@]}"
+campaign_step gemms 0.3
+campaign_step sweep 0.4
+campaign_step models 1
 gpu_state
 for file in ${copied[@]+"${copied[@]}"}; do  # what comes back is only what this session wrote
     if cmp -s "$from/$file" "$out/$file"; then

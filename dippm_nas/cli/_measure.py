@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from dippm_nas.errors import DippmError
 from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS, precision_help
 
 #: ``measure.campaign.STEP_NAMES``, named here so that ``--help`` imports no torch (a test keeps them equal).
-STEP_NAMES = ("host", "sweep", "models", "kernels")
+STEP_NAMES = ("host", "spaces", "gemms", "sweep", "models", "kernels")
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
@@ -21,6 +22,12 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     batches, precisions = parse_ints(args.batches), args.precisions.split(",")
     if args.from_records and not os.path.exists(args.from_records):
         raise DippmError(f"no records at {args.from_records}; build them with `dippm-nas dataset`.")
+    unknown = sorted(set(precisions) - set(PRECISIONS))
+    if unknown:
+        raise DippmError(f"--precisions {args.precisions}: unknown {', '.join(unknown)}; give some of "
+                         f"{', '.join(PRECISIONS)}, comma-separated.")
+    if args.spaces:
+        return _spaces_manifest(args, batches, precisions)
     from dippm_nas.measure.config import write_manifest
     from dippm_nas.measure.manifest import build_manifest, records_manifest
 
@@ -32,6 +39,26 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     models = {c.model for c in configs}
     families = {c.family for c in configs}
     print(f"{len(configs)} configurations of {len(models)} models from {len(families)} timm families -> {args.out}")
+    return 0
+
+
+def _spaces_manifest(args: argparse.Namespace, batches: list[int], precisions: list[str]) -> int:
+    """``manifest --spaces``: the spaces and the count are checked before any candidate is built."""
+    from search_spaces import get_search_space
+
+    names = [name.strip() for name in args.spaces.split(",") if name.strip()]
+    for name in names:
+        get_search_space(name)
+    if args.per_space < 1:
+        raise DippmError(f"--per-space {args.per_space}: give how many candidates of each space, 1 or more.")
+    from dippm_nas.measure.config import write_manifest
+    from dippm_nas.measure.space import spaces_manifest
+
+    configs = spaces_manifest(names, args.per_space, batches, precisions, args.seed,
+                              progress=lambda line: print(line, file=sys.stderr))
+    write_manifest(configs, args.out)
+    candidates = {(c.source, c.model) for c in configs}
+    print(f"{len(configs)} configurations of {len(candidates)} candidates of {len(names)} search spaces -> {args.out}")
     return 0
 
 
@@ -86,7 +113,8 @@ def _measure_space(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``manifest`` and ``measure``."""
-    mf = sub.add_parser("manifest", help="write a seeded list of configurations to measure (timm families)")
+    mf = sub.add_parser("manifest", help="write a seeded list of configurations to measure (timm families or "
+                                         "search-space candidates)")
     mf.add_argument("--out", required=True, help="manifest CSV to write")
     mf.add_argument("--seed", type=int, default=0)
     mf.add_argument("--per-family", type=int, default=3, help="models per timm family (default: 3)")
@@ -96,6 +124,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     mf.add_argument("--from-records", metavar="CSV", nargs="?", const="data/records.csv", default=None,
                     help="draw the models from the data set's records (default data/records.csv) at the input "
                          "size they were measured at, so their featurized graphs serve the new rows too")
+    mf.add_argument("--spaces", default=None, metavar="NAMES",
+                    help="instead of timm's families: --per-space candidates of each of these search spaces "
+                         "(comma-separated, e.g. mobilenetv3,resnet,vit,nb201), their smallest, their largest and "
+                         "the rest spread over FLOPs, every one at every batch and precision, ordered so that a run "
+                         "cut short spans candidates, settings and spaces")
+    mf.add_argument("--per-space", type=int, default=8, help="with --spaces: candidates of each (default: 8)")
     mf.set_defaults(func=cmd_manifest)
     me = sub.add_parser("measure", help="measure latency, energy and memory on this machine's GPU",
                         description="Runs each configuration of the manifest with random weights and appends "
@@ -152,7 +186,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sw.set_defaults(func=cmd_sweep)
     ca = sub.add_parser(
         "campaign", help="spend a few minutes of a GPU on every kind of ground truth, resumably",
-        description="One command for a session on a GPU: the host's per-operator cost, an operator sweep, the model "
+        description="One command for a session on a GPU: the host's per-operator cost, the search spaces' "
+                    "candidates, Vidur's LLM GEMMs at fp16-weights, an operator sweep, the model "
                     "manifest (fp32, fp16 and fp16-weights at batch 1, 8, 64, 256 first, then bf16, bf16-weights and "
                     "fp32-strict; the data set's "
                     "least-measured families first) and kernel profiles, each step given its share of the time "
@@ -169,6 +204,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     ca.add_argument("--records", default="data/records.csv", help="the data set the default manifest draws from")
     ca.add_argument("--kernels-manifest", default="data/manifests/kernels_per_family.csv",
                     help="configurations to profile in the last step ('' for none)")
+    ca.add_argument("--spaces-manifest", default="data/manifests/spaces.csv",
+                    help="the search spaces' candidates of the spaces step, from `dippm-nas manifest --spaces` "
+                         "('' for none)")
+    ca.add_argument("--gemms-plan", default="data/manifests/vidur_gemms.csv",
+                    help="the sweep points of the gemms step, from `python benchmarks/vidur_gemms.py --plan` "
+                         "('' for none)")
     ca.add_argument("--seed", type=int, default=0, help="the sweep's and the manifest's seed (default: 0)")
     ca.add_argument("--by", default="dippm-nas harness", help="who measured, for the provenance")
     ca.add_argument("--steps", default=",".join(STEP_NAMES),
@@ -206,16 +247,19 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     if args.plan:
         print("\n".join(describe_plan(args.budget_s, steps)))
         return 0
-    for path in (args.manifest, args.kernels_manifest or None):
+    for path in (args.manifest, args.kernels_manifest or None, args.spaces_manifest or None):
         if path and not os.path.exists(path):
             raise DippmError(f"no manifest at {path}; write one with `dippm-nas manifest --out {path}`.")
+    if args.gemms_plan and not os.path.exists(args.gemms_plan):
+        raise DippmError(f"no plan of points at {args.gemms_plan}; write it with "
+                         f"`python benchmarks/vidur_gemms.py --plan {args.gemms_plan}`.")
     if args.manifest is None and not os.path.exists(args.records):
         raise DippmError(f"no records at {args.records} to draw the models from; give --manifest or --records.")
     try:
         run_campaign(args.out_dir, args.budget_s, args.device,
                      manifest=read_manifest(args.manifest) if args.manifest else None, records_csv=args.records,
                      kernels_manifest=args.kernels_manifest or None, seed=args.seed, measured_by=args.by,
-                     steps=steps)
+                     steps=steps, spaces_manifest=args.spaces_manifest or None, gemms_plan=args.gemms_plan or None)
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
     return 0

@@ -2,22 +2,26 @@
 stated order and time split, each resumed where the last session stopped.
 
 A session on a GPU is short (minutes), so the campaign spends it in the order that buys the
-most per minute: the host's per-operator cost first (seconds, and every model row needs it), then an
-operator sweep (thousands of timings a minute, the learned model's operator-level data), then the
-model manifest (whole-model latency, energy and NVML memory: fp32, fp16 autocast and fp16 weights at
-batch 1, 8, 64 and 256 first, then bf16, bf16 weights and fp32-strict), then kernel profiles. Each step's
-budget is its share of what is left when it starts, so a step that finishes early (everything already
-measured) hands its time on. Every step appends to a file of its own under ``out_dir`` and skips what
-that file holds: a second session continues the first.
+most per minute: the host's per-operator cost first (seconds, and every model row needs it), then the
+candidates of the search spaces the project ships (what a NAS study prices: a seeded spread of each space at
+fp32, fp16 autocast and fp16 weights, batch 1, 8, 64 and 256), then Vidur's LLM GEMMs at fp16 weights (the same
+shapes Vidur profiled, timed by the sweep's protocol), then an operator sweep (thousands of timings a minute,
+the learned model's operator-level data), then the model manifest (whole-model latency, energy and NVML
+memory: fp32, fp16 autocast and fp16 weights at batch 1, 8, 64 and 256 first, then bf16, bf16 weights and
+fp32-strict), then kernel profiles. Each step's budget is its share of what is left when it starts, so a step
+that finishes early (everything already measured) hands its time on. Every step appends to a file of its own
+under ``out_dir`` and skips what that file holds: a second session continues the first.
 
 Files, for a GPU whose name slugs to ``nvidia-h100-80gb-hbm3``::
 
-    out_dir/host/nvidia-h100-80gb-hbm3.csv       the host cost, one row per operator kind and precision
-    out_dir/sweeps/nvidia-h100-80gb-hbm3.csv     the operator sweep
-    out_dir/nvidia-h100-80gb-hbm3.csv            the model rows (a -2, -3... suffix where an older file
-                                                 of that name has other columns; a configuration
-                                                 an older file holds is not measured again)
-    out_dir/kernels/nvidia-h100-80gb-hbm3.csv    the kernel profiles
+    out_dir/host/nvidia-h100-80gb-hbm3.csv         the host cost, one row per operator kind and precision
+    out_dir/spaces/nvidia-h100-80gb-hbm3.csv       the search spaces' candidates (the model rows' columns)
+    out_dir/sweeps/nvidia-h100-80gb-hbm3-vidur.csv Vidur's GEMMs (the sweep's columns)
+    out_dir/sweeps/nvidia-h100-80gb-hbm3.csv       the operator sweep
+    out_dir/nvidia-h100-80gb-hbm3.csv              the model rows (a -2, -3... suffix where an older file
+                                                   of that name has other columns; a configuration
+                                                   an older file holds is not measured again)
+    out_dir/kernels/nvidia-h100-80gb-hbm3.csv      the kernel profiles
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dippm_nas.measure.gpu_state import nvml
 from dippm_nas.measure.host_cost import measure_host_cost
 from dippm_nas.measure.manifest import records_manifest
 from dippm_nas.measure.runner import COLUMNS, append_rows, measured_keys, run
-from dippm_nas.measure.sweep import run_sweep
+from dippm_nas.measure.sweep import read_points, run_sweep
 
 #: The batch sizes and precisions of the campaign's model manifest, in the order they are measured:
 #: PyTorch's fp32 defaults, fp16 autocast and the model cast to fp16 for every model first, then bf16 (autocast
@@ -47,6 +51,11 @@ from dippm_nas.measure.sweep import run_sweep
 CAMPAIGN_BATCHES = (1, 8, 64, 256)
 FIRST_PRECISIONS = ("fp32", "fp16", "fp16-weights")
 LATER_PRECISIONS = ("bf16", "bf16-weights", "fp32-strict")
+
+#: The search spaces' candidates the campaign measures (``dippm-nas manifest --spaces``) and Vidur's GEMMs as a
+#: sweep's points (``benchmarks/vidur_gemms.py --plan``), from the repository root.
+SPACES_MANIFEST = "data/manifests/spaces.csv"
+GEMMS_PLAN = "data/manifests/vidur_gemms.csv"
 
 #: Columns of the host-cost file.
 HOST_COLUMNS = ["key", "kind", "precision", "host_us", "gpu_us", "chain", "error", "device_kind", "gpu_name",
@@ -67,6 +76,8 @@ class Step:
 #: The plan: in this order, each step with its share of the time left when it starts.
 PLAN = (
     Step("host", 0.05, "eager's per-operator host cost, once (a few seconds)", cap_s=60.0),
+    Step("spaces", 0.5, "search-space candidates: fp32, fp16 and fp16-weights at batch 1, 8, 64 and 256"),
+    Step("gemms", 0.25, "Vidur's LLM GEMMs at fp16-weights, by the sweep's protocol"),
     Step("sweep", 0.35, "operator sweep: GEMM, conv, norms, attention... at every precision"),
     Step("models", 0.85, "the model manifest: fp32, fp16 and fp16-weights first, then bf16, bf16-weights and "
                          "fp32-strict"),
@@ -82,7 +93,7 @@ def step_budget(step: Step, left_s: float, last: bool = False) -> float:
     step run), within its cap.
 
     >>> step_budget(PLAN[1], 500.0)
-    175.0
+    250.0
     >>> step_budget(PLAN[1], 500.0, last=True)
     500.0
     >>> step_budget(PLAN[0], 2000.0)  # the host step is capped
@@ -110,8 +121,8 @@ def describe_plan(budget_s: float, steps: Iterable[str] = STEP_NAMES) -> list[st
     """The plan as lines a person reads before lending it a GPU: each step with the most it may take
     if every step before it used all of its time.
 
-    >>> describe_plan(540.0)[2]
-    '  2. sweep    up to 180 s: operator sweep: GEMM, conv, norms, attention... at every precision'
+    >>> describe_plan(540.0)[3]
+    "  3. gemms    up to 64 s: Vidur's LLM GEMMs at fp16-weights, by the sweep's protocol"
     >>> describe_plan(200.0, ["sweep"])[1]
     '  1. sweep    up to 200 s: operator sweep: GEMM, conv, norms, attention... at every precision'
     """
@@ -239,11 +250,13 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
                  manifest: Iterable[MeasureConfig] | None = None, records_csv: str | Path = "data/records.csv",
                  kernels_manifest: str | Path | None = "data/manifests/kernels_per_family.csv", seed: int = 0,
                  measured_by: str = "dippm-nas harness", progress: Callable[[str], None] = _stderr,
-                 steps: Iterable[str] = STEP_NAMES) -> list[StepResult]:
+                 steps: Iterable[str] = STEP_NAMES, spaces_manifest: str | Path | None = SPACES_MANIFEST,
+                 gemms_plan: str | Path | None = GEMMS_PLAN) -> list[StepResult]:
     """Run the plan's ``steps`` within ``budget_s`` seconds in all; returns what each did.
 
     ``manifest`` is the model configurations (default: :func:`campaign_manifest` of ``records_csv``);
-    ``kernels_manifest`` the configurations to profile (None: no kernel step).
+    ``spaces_manifest`` the search spaces' candidates, ``gemms_plan`` the sweep points of Vidur's GEMMs and
+    ``kernels_manifest`` the configurations to profile (None: no such step).
     """
     if device_kind == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the campaign")
@@ -263,6 +276,16 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
             measured = 0
         elif step.name == "host":
             measured = measure_host(out_dir / "host" / f"{slug}.csv", device_kind, measured_by, progress)
+        elif step.name == "spaces":
+            if spaces_manifest is None:
+                continue
+            measured = run(read_manifest(spaces_manifest), out_dir / "spaces" / f"{slug}.csv", device_kind, budget,
+                           measured_by, progress)
+        elif step.name == "gemms":
+            if gemms_plan is None:
+                continue
+            measured = run_sweep(out_dir / "sweeps" / f"{slug}-vidur.csv", device_kind, budget, seed, measured_by,
+                                 progress, points=read_points(gemms_plan))
         elif step.name == "sweep":
             measured = run_sweep(out_dir / "sweeps" / f"{slug}.csv", device_kind, budget, seed, measured_by, progress)
         elif step.name == "models":

@@ -9,6 +9,7 @@ machine, without TVM): either orders a space's candidates much as the GPU will.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import sys
@@ -19,6 +20,7 @@ import torch
 
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.runner import run
+from dippm_nas.precisions import DEFAULT_PRECISION
 
 #: How many candidates are drawn for each one measured: the pool the spread is chosen from.
 POOL_PER_CANDIDATE = 5
@@ -123,3 +125,27 @@ def measure_space(space, out: str | Path, n: int = 10, batch: int | Sequence[int
     candidates = spread_candidates(space, n, batches[-1], precision, seed, cost, progress)
     configs = [config for b in batches for config in space_configs(space, candidates, b, precision)]
     return run(configs, out, device_kind, budget_s, measured_by, progress)
+
+
+def spaces_manifest(spaces: Sequence[str], per_space: int, batches: Sequence[int], precisions: Sequence[str],
+                    seed: int = 0, progress: Callable[[str], None] = lambda line: None) -> list[MeasureConfig]:
+    """Every candidate of a seeded spread of each space at every batch and precision, ordered so that any prefix
+    spans the candidates, the settings and the spaces: in round ``r`` the ``j``-th (precision, batch) goes to
+    candidate ``(j + r) mod per_space`` (a Latin square: after ``per_space`` rounds each candidate has every
+    setting once), and the spaces take turns. The spread orders candidates by FLOPs, the same on every
+    machine, so the list is too.
+
+    >>> configs = spaces_manifest(["nb201"], 2, [1, 64], ["fp32"])  # its smallest and largest candidate
+    >>> [(c.batch, c.model == configs[0].model) for c in configs]
+    [(1, True), (64, False), (1, False), (64, True)]
+    """
+    from search_spaces import get_search_space
+
+    settings = [(precision, batch) for precision in precisions for batch in batches]
+    by_space = []
+    for name in spaces:
+        space = get_search_space(name)
+        candidates = spread_candidates(space, per_space, max(batches), DEFAULT_PRECISION, seed, flops, progress)
+        by_space.append([space_configs(space, [candidates[(j + r) % len(candidates)]], batch, precision)[0]
+                         for r in range(len(candidates)) for j, (precision, batch) in enumerate(settings)])
+    return [config for turn in itertools.zip_longest(*by_space) for config in turn if config is not None]

@@ -24,6 +24,7 @@ from dippm_nas.cache.store import STORE_GRAPH, GraphCache
 from dippm_nas.errors import one_line
 from dippm_nas.graph.serialize import graph_to_bytes
 from dippm_nas.training.paths import project
+from search_spaces import SEARCH_SPACES
 
 
 def store_key(graph_key: str) -> str:
@@ -44,6 +45,8 @@ def _featurize(graph_key: str) -> tuple[str, bytes | None, str, float]:
         if source == "neusight":  # a transformers config of data/neusight, at a sequence length of token ids
             config = project().neusight / "model_configs" / f"{model}.json"
             graph = build_graph(f"hf:{config}", TensorSpec((int(size),), "int64", "input_ids"), batch=1)
+        elif source in SEARCH_SPACES:  # a search space's candidate, named by its architecture, at an image size
+            graph = build_graph(f"{source}:{model}", TensorSpec((3, int(size), int(size))), batch=1)
         else:  # a timm name or module:factory, at an image size
             graph = build_graph(model, TensorSpec((3, int(size), int(size))), batch=1)
         return graph_key, graph_to_bytes(graph), "", time.perf_counter() - start

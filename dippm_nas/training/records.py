@@ -51,7 +51,7 @@ class Record:
     """One measured configuration. Targets may be missing (None): a loss only uses what is there."""
 
     model: str
-    source: str  # "timm" or "callable"
+    source: str  # "timm", "neusight", "callable" or a search space's name
     family: str
     image_size: int
     batch: int
@@ -209,11 +209,17 @@ def harness_rows(files: list[Path]) -> Iterator[tuple[dict[str, str], Record]]:
                 )
 
 
+def harness_files(folder: Path | None = None) -> list[Path]:
+    """The harness's files of records in ``folder`` (default: the project's ``data/measurements``): the model rows
+    directly in it and the search spaces' candidates in its ``spaces/``."""
+    folder = folder or project().measurements
+    return sorted(folder.glob("*.csv")) + sorted((folder / "spaces").glob("*.csv"))
+
+
 def harness_records(folder: Path | None = None, files: list[Path] | None = None) -> list[Record]:
-    """The records of the harness's rows in ``files`` (default: the CSVs of ``folder``, the project's
-    ``data/measurements``), as :func:`harness_rows` keeps them."""
-    paths = files if files is not None else sorted((folder or project().measurements).glob("*.csv"))
-    return [record for _, record in harness_rows(paths)]
+    """The records of the harness's rows in ``files`` (default: :func:`harness_files` of ``folder``), as
+    :func:`harness_rows` keeps them."""
+    return [record for _, record in harness_rows(files if files is not None else harness_files(folder))]
 
 
 @dataclass(frozen=True)

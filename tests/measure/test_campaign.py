@@ -77,18 +77,34 @@ def test_a_configuration_an_older_protocols_file_holds_is_not_measured_again(tmp
     assert any(line == "not measured again: 1 configurations in this GPU's files of older protocols" for line in lines)
 
 
+#: Two small GEMMs without bias at half weights, as Vidur's plan names its points.
+GEMMS_PLAN = "key\nlinear:m=4;n=64;k=32;bias=0:fp16-weights\nlinear:m=16;n=32;k=64;bias=0:fp16-weights\n"
+
+
+def _space_manifest(path: Path) -> Path:
+    """NAS-Bench-201's smallest cell at batch 1: a search-space candidate the CPU measures in a second."""
+    from dippm_nas.measure.config import write_manifest
+    from dippm_nas.measure.space import spaces_manifest
+
+    write_manifest(spaces_manifest(["nb201"], 1, [1], ["fp32"]), path)
+    return path
+
+
 def test_a_campaign_on_the_cpu_keeps_its_budget_and_a_second_one_continues(tmp_path):
     manifest = [MeasureConfig("tiny_models:tiny", (3, 16, 16), batch=b, precision=p, source="callable")
                 for b in (1,) for p in ("fp32", "fp16")]
     kernels = tmp_path / "kernels.csv"
     kernels.write_text("model,input_shape,batch,precision,source,family,layout\n"
                        "tiny_models:tiny,3x16x16,2,fp32,callable,,nchw\n")
+    spaces = _space_manifest(tmp_path / "spaces.csv")
+    gemms = tmp_path / "gemms.csv"
+    gemms.write_text(GEMMS_PLAN)
     budget = 40.0
     began = time.monotonic()
     results = run_campaign(tmp_path / "out", budget, "cpu", manifest=manifest, kernels_manifest=kernels,
-                           progress=lambda line: None)
+                           spaces_manifest=spaces, gemms_plan=gemms, progress=lambda line: None)
     took = time.monotonic() - began
-    assert [r.step for r in results] == ["host", "sweep", "models", "kernels"]
+    assert [r.step for r in results] == ["host", "spaces", "gemms", "sweep", "models", "kernels"]
     assert took <= budget * 1.1  # a step stops before its budget, a configuration or point in flight at most
     elapsed = 0.0
     for r in results:  # a step is given at most what is left when it starts
@@ -99,10 +115,16 @@ def test_a_campaign_on_the_cpu_keeps_its_budget_and_a_second_one_continues(tmp_p
     assert {r["precision"] for r in host} == {"fp32", "fp16"} and all(float(r["host_us"]) > 0 for r in host)
     assert len(sweep) > 0 and len({r["key"] for r in sweep}) == len(sweep)
     assert models and {r["key"] for r in models} <= {c.key for c in manifest}
+    candidates = _rows(out / "spaces" / "cpu.csv")
+    assert [(r["source"], r["status"]) for r in candidates] == [("nb201", "ok")]
+    vidur = _rows(out / "sweeps" / "cpu-vidur.csv")
+    assert [r["key"] for r in vidur] == GEMMS_PLAN.split()[1:] and {r["seed"] for r in vidur} == {""}
+    assert all(r["status"] == "ok" and r["dtype"] == "float16" for r in vidur)
 
     again = run_campaign(tmp_path / "out", budget, "cpu", manifest=manifest, kernels_manifest=kernels,
-                         progress=lambda line: None)
-    assert {r.step: r.measured for r in again}["host"] == 0  # one host measurement a file
+                         spaces_manifest=spaces, gemms_plan=gemms, progress=lambda line: None)
+    measured = {r.step: r.measured for r in again}
+    assert measured["host"] == measured["spaces"] == measured["gemms"] == 0  # each done, nothing twice
     swept, models = _rows(out / "sweeps" / "cpu.csv"), _rows(out / "cpu.csv")
     assert len({r["key"] for r in swept}) == len(swept) > len(sweep)  # the sweep went on, nothing twice
     assert sorted(r["key"] for r in models) == sorted(c.key for c in manifest)  # done, each once
@@ -127,14 +149,22 @@ def test_a_step_run_alone_takes_the_whole_budget_and_the_cli_names_the_same_step
     from dippm_nas.measure.campaign import STEP_NAMES
 
     assert CLI_STEPS == STEP_NAMES
-    results = run_campaign(tmp_path / "out", 3.0, "cpu", manifest=[], kernels_manifest=None, steps=["sweep"])
+    from dippm_nas.cli import build_parser
+    from dippm_nas.measure.campaign import GEMMS_PLAN as PLAN_FILE
+    from dippm_nas.measure.campaign import SPACES_MANIFEST
+
+    args = build_parser().parse_args(["campaign", "--budget-s", "60"])
+    assert (args.spaces_manifest, args.gemms_plan) == (SPACES_MANIFEST, PLAN_FILE)
+    assert all((ROOT / path).is_file() for path in (SPACES_MANIFEST, PLAN_FILE))  # committed, ready for a GPU
+    results = run_campaign(tmp_path / "out", 3.0, "cpu", manifest=[], kernels_manifest=None, steps=["sweep"],
+                           spaces_manifest=None, gemms_plan=None)
     assert [r.step for r in results] == ["sweep"] and results[0].budget_s > 2.9
     assert (tmp_path / "out" / "sweeps" / "cpu.csv").exists() and not (tmp_path / "out" / "host").exists()
 
 
 def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_given(tmp_path):
-    """data/measurements/measure_gpu.sh on the CPU with a tiny model: every step in its own process, both
-    repeatability passes, at most eight files no deeper than two folders, this GPU's files copied first and
+    """data/measurements/measure_gpu.sh on the CPU with tiny models: every step in its own process, the user's
+    path as a user runs it, at most seven files no deeper than two folders, this GPU's files copied first and
     only what the session changed brought back."""
     import os
     import subprocess
@@ -146,6 +176,8 @@ def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_giv
     manifest.write_text("model,input_shape,batch,precision,source,family,layout\n"
                         "tiny_models:tiny,3x16x16,1,fp32,callable,,nchw\n"
                         "tiny_models:tiny,3x16x16,2,fp16,callable,,nchw\n")
+    gemms = tmp_path / "gemms.csv"
+    gemms.write_text(GEMMS_PLAN)
     given = tmp_path / "from" / "host" / "cpu.csv"
     given.parent.mkdir(parents=True)
     given.write_text(",".join(HOST_COLUMNS) + "\nadd|fp32,add,fp32,1.0\n")
@@ -155,20 +187,40 @@ def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_giv
     # the script runs the first python3 on PATH: this interpreter's, whether or not its environment is activated
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "SESSION_REPEAT_MANIFEST": str(manifest), "SESSION_REPEAT_S": "30",
-           "SESSION_CAMPAIGN_ARGS": f"--manifest {manifest} --kernels-manifest {manifest}"}
-    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "measure_gpu.sh"), str(out), "120", "cpu",
+           "SESSION_CAMPAIGN_ARGS": f"--manifest {manifest} --spaces-manifest {_space_manifest(tmp_path / 's.csv')} "
+                                    f"--gemms-plan {gemms}",
+           "SESSION_QUICK_ARGS": f"--manifest {manifest}", "SESSION_SPACE_ARGS": "--space nb201 --n 2 --batch 1"}
+    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "measure_gpu.sh"), str(out), "100", "cpu",
                            str(tmp_path / "from")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     log = (out / "session.log").read_text()
-    for step in ("pass a", "step host", "step sweep", "step models", "step kernels", "pass b"):
-        assert f"{step} exit status 0" in log, log[-2000:]
+    for step in ("step host", "step spaces", "user's quick", "user's space", "step gemms", "step sweep",
+                 "step models"):
+        assert f"{step} exit status 0 in " in log, log[-2000:]
     assert f"resuming from {given}" in log and "host cost already in" in log
     for unchanged in ("host/cpu.csv", "cpu.csv"):  # resumed from, not measured again, so not brought back
         assert f"unchanged, not brought back: {unchanged}" in log and not (out / unchanged).exists()
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
-    assert len(files) <= 8 and all(len(f.parts) <= 3 for f in files)
-    keys = [sorted(r["key"] for r in _rows(out / f"repeat-{p}.csv")) for p in "ab"]
-    assert keys[0] == keys[1] and len(keys[0]) == 2
+    assert len(files) <= 7 and all(len(f.parts) <= 3 for f in files)
     assert [r["key"] for r in _rows(out / "cpu-2.csv")] == ["callable:tiny_models:tiny|3x16x16|b2|fp16|nchw"]
-    assert _rows(out / "sweeps" / "cpu.csv") and _rows(out / "kernels" / "cpu.csv")
+    user = _rows(out / "user" / "cpu.csv")  # the two tiny configurations, then two nb201 candidates
+    assert [r["source"] for r in user] == ["callable", "callable", "nb201", "nb201"]
+    assert _rows(out / "spaces" / "cpu.csv") and _rows(out / "sweeps" / "cpu.csv")
+    assert len(_rows(out / "sweeps" / "cpu-vidur.csv")) == 2
+
+
+def test_the_committed_plans_are_what_their_commands_write():
+    """data/manifests/vidur_gemms.csv is `benchmarks/vidur_gemms.py --plan`'s, point for point, and every one reads
+    as a bias-free linear layer at fp16-weights; NAS-Bench-201's configurations of data/manifests/spaces.csv are
+    those `dippm-nas manifest --spaces` draws (every space is drawn alone, on its own seeded stream)."""
+    from dippm_nas.measure.config import read_manifest
+    from dippm_nas.measure.space import spaces_manifest
+    from dippm_nas.measure.sweep import read_points
+    from dippm_nas.training.vidur import sweep_plan
+
+    points = read_points(ROOT / "data" / "manifests" / "vidur_gemms.csv")
+    assert [p.key for p in points] == [row["key"] for row in sweep_plan(ROOT / "data" / "vidur")]
+    assert {(p.kind, p.shape["bias"], p.precision) for p in points} == {("linear", 0, "fp16-weights")}
+    committed = [c for c in read_manifest(ROOT / "data" / "manifests" / "spaces.csv") if c.source == "nb201"]
+    assert committed == spaces_manifest(["nb201"], 8, [1, 8, 64, 256], ["fp32", "fp16", "fp16-weights"])
+    assert len({c.model for c in committed}) == 8 and len(committed) == 8 * 12

@@ -538,3 +538,24 @@ def test_leave_one_gpu_out_scores_the_residual_over_the_operator_model_without_t
     assert np.array_equal(h100.predicted["operators"], estimates.analytical[h100.split.test][:, :2])
     ratio = h100.predicted["residual"][:, 0] / h100.predicted["operators"][:, 0]
     assert (ratio >= 0.5 - 1e-6).all() and (ratio <= 2 + 1e-6).all() and not np.allclose(ratio, 1.0)
+
+
+def test_a_search_space_candidates_rows_are_read_and_its_graph_built_from_its_name(tmp_path):
+    """The campaign's candidates (data/measurements/spaces/) name a candidate by its space and architecture: the
+    data set reads that folder too, and featurizing builds the candidate's own graph."""
+    from dippm_nas import build_graph
+    from dippm_nas.graph.serialize import graph_from_bytes
+    from dippm_nas.measure.config import read_manifest
+    from dippm_nas.training.featurize import _featurize
+    from dippm_nas.training.records import graph_key, harness_files
+
+    (tmp_path / "spaces").mkdir()
+    for path in (tmp_path / "h200.csv", tmp_path / "spaces" / "h200.csv", tmp_path / "sweeps.txt"):
+        path.write_text("")
+    assert harness_files(tmp_path) == [tmp_path / "h200.csv", tmp_path / "spaces" / "h200.csv"]
+    root = Path(__file__).resolve().parents[2]
+    config = next(c for c in read_manifest(root / "data" / "manifests" / "spaces.csv") if c.source == "nb201")
+    _, stored, error, _ = _featurize(graph_key(config.source, config.model, config.input_shape[-1]))
+    assert error == "" and stored is not None
+    graph, built = graph_from_bytes(stored), build_graph(f"nb201:{config.model}", batch=1)
+    assert [n.kind for n in graph.nodes] == [n.kind for n in built.nodes] and graph.flops == built.flops
