@@ -4,12 +4,12 @@
 # user runs them), Vidur's LLM GEMMs at fp16 weights, the operator sweep and the model manifest, each in a
 # process of its own (a broken CUDA context ends one step, not the session).
 #
-#   bash data/measurements/measure_gpu.sh OUT_DIR [SECONDS] [cuda|cpu] [FROM]
+#   bash data/measurements/measure_gpu.sh FOLDER [SECONDS] [cuda|cpu] [FROM]
 #
-# OUT_DIR receives at most seven files, none deeper than two folders, to copy back from the GPU's machine:
+# FOLDER receives at most seven files, none deeper than two folders, to copy back from the GPU's machine:
 # session.log (everything printed, with each step's exit status and seconds), host/, spaces/, user/, the
 # sweep of Vidur's GEMMs (sweeps/<gpu>-vidur.csv), the operator sweep and the model rows, each named after
-# the GPU. This GPU's files in FROM (default data/measurements) are copied to OUT_DIR first, so every step
+# the GPU. This GPU's files in FROM (default data/measurements) are copied to FOLDER first, so every step
 # resumes where the last session stopped and each file comes back whole: copy it over the one in FROM. A
 # copied file that no step changed is removed at the end. SECONDS (default 540) bounds the whole script;
 # every step is also stopped by `timeout` a minute past its budget, which loses at most the configuration
@@ -18,13 +18,13 @@
 # SESSION_QUICK_ARGS and SESSION_SPACE_ARGS (the user's `measure` arguments in place of `--quick` and
 # `--space mobilenetv3`) to measure tiny models instead.
 set -u -o pipefail
-out=${1:?give the folder the files go to}
+folder=${1:?give the folder the files go to}
 total=${2:-540}
 device=${3:-cuda}
 from=${4:-data/measurements}
 export PYTHONUNBUFFERED=1
-mkdir -p "$out"
-log="$out/session.log"
+mkdir -p "$folder"
+log="$folder/session.log"
 python=$(command -v python3 || command -v python)
 deadline=$((SECONDS + total))
 read -r -a campaign_args <<< "${SESSION_CAMPAIGN_ARGS:-}"
@@ -53,7 +53,7 @@ campaign_step() {  # $1: step name, $2: its share of the time left (1 for the la
     fi
     say "campaign step $1: $budget s"
     began=$SECONDS
-    timeout $((budget + 60)) "$python" -m dippm_nas.cli campaign --out-dir "$out" --budget-s "$budget" \
+    timeout $((budget + 60)) "$python" -m dippm_nas.cli campaign --out-dir "$folder" --budget-s "$budget" \
         --steps "$1" --device "$device" ${campaign_args[@]+"${campaign_args[@]}"} 2>&1 | tee -a "$log"
     say "step $1 exit status ${PIPESTATUS[0]} in $((SECONDS - began)) s"
 }
@@ -66,23 +66,23 @@ user_step() {  # $1: a name for the log, $2: its share of the time left; the res
         say "user's $name: no time left"
         return
     fi
-    say "user's $name: dippm-nas measure $* --out $out/user/$slug.csv ($budget s)"
-    mkdir -p "$out/user"
+    say "user's $name: dippm-nas measure $* --out $folder/user/$slug.csv ($budget s)"
+    mkdir -p "$folder/user"
     began=$SECONDS
-    timeout $((budget + 60)) "$python" -m dippm_nas.cli measure "$@" --out "$out/user/$slug.csv" \
+    timeout $((budget + 60)) "$python" -m dippm_nas.cli measure "$@" --out "$folder/user/$slug.csv" \
         --device "$device" --budget-s "$budget" 2>&1 | tee -a "$log"
     say "user's $name exit status ${PIPESTATUS[0]} in $((SECONDS - began)) s"
 }
 
-say "session: $total s on $device, files to $out"
+say "session: $total s on $device, files to $folder"
 copied=()
 slug=$("$python" -c "from dippm_nas.measure.campaign import gpu_slug; print(gpu_slug('$device'))")
-if [ "$(realpath "$from")" != "$(realpath "$out")" ]; then
+if [ "$(realpath "$from")" != "$(realpath "$folder")" ]; then
     for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,spaces,user,sweeps}/"$slug".csv \
             "$from/sweeps/$slug-vidur.csv"; do
         [ -f "$file" ] || continue
-        mkdir -p "$out/$(dirname "${file#"$from"/}")"
-        cp "$file" "$out/${file#"$from"/}" && say "resuming from $file" && copied+=("${file#"$from"/}")
+        mkdir -p "$folder/$(dirname "${file#"$from"/}")"
+        cp "$file" "$folder/${file#"$from"/}" && say "resuming from $file" && copied+=("${file#"$from"/}")
     done
 fi
 gpu_state
@@ -95,8 +95,8 @@ campaign_step sweep 0.4
 campaign_step models 1
 gpu_state
 for file in ${copied[@]+"${copied[@]}"}; do  # what comes back is only what this session wrote
-    if cmp -s "$from/$file" "$out/$file"; then
-        rm "$out/$file" && say "unchanged, not brought back: $file"
+    if cmp -s "$from/$file" "$folder/$file"; then
+        rm "$folder/$file" && say "unchanged, not brought back: $file"
     fi
 done
 say "session done in $SECONDS s"
