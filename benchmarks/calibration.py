@@ -30,14 +30,20 @@ from pathlib import Path
 import numpy as np
 
 from dippm_nas.cache.location import cache_dir
-from dippm_nas.cost.analytical import energy_j, spec_powers
+from dippm_nas.calibration import Calibration
 from dippm_nas.cost.base import MemoryBreakdown
-from dippm_nas.cost.calibration import Calibration, memory_terms
-from dippm_nas.cost.kernel_structure import GROUPS
-from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel, kernel_groups
-from dippm_nas.cost.table import node_table
+from dippm_nas.cost.learned.kernel_structure import GROUPS
+from dippm_nas.cost.models.calibrated import LatencyParts, calibrated_memory, memory_terms
+from dippm_nas.cost.models.operators import OperatorCostModel
+from dippm_nas.cost.pipeline.host_queue import queued_latency
+from dippm_nas.cost.pipeline.kernel_times import kernel_groups
+from dippm_nas.cost.pipeline.memory import memory
+from dippm_nas.cost.pipeline.power import energy_j, spec_powers
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
+from dippm_nas.precisions import PRECISIONS
+from dippm_nas.request import Request
 from dippm_nas.training.calibration_fit import (
     PRIOR_WEIGHTS,
     MeasuredRow,
@@ -53,8 +59,6 @@ from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record, load_records
 HOST_BOUND_BATCH = 8
 #: Adam's steps for the floor of one scale per kernel group: the fit has settled well before.
 GROUP_FIT_STEPS = 300
-#: The issue time (s, negative) of the padding after a shorter graph's operators: far before any latency.
-PADDING_S = 1e3
 
 
 def regime(batch: int) -> str:
@@ -105,14 +109,15 @@ def main() -> int:
                 print(f"{gpu:<10} {precision:<9} {len(mine):>7}  too few records")
                 continue
             scaled = {id(r): scale_batch(graphs[r.graph_key], r.batch) for r in mine}
-            parts = {id(r): model.latency_parts(scaled[id(r)], device, precision) for r in mine}
+            request = Request(device, PRECISIONS[precision])  # eager, on the default host, as a calibration fits
+            parts = {id(r): LatencyParts.of(model.timed(node_table(scaled[id(r)]), request)) for r in mine}
             uncalibrated = np.array([scaled_latency_ms(parts[id(r)], np.ones(3)) for r in mine])
             spec = spec_powers(device)
             joules = np.array([r.energy_j or np.nan for r in mine])
             uncalibrated_j = np.array([energy_j(ms * 1e-3, parts[id(r)].busy_s, *spec)
                                        for ms, r in zip(uncalibrated, mine)])
             metered = [r for r in mine if r.memory_mb]
-            breakdowns = {id(r): model.analytical.memory(node_table(scaled[id(r)]), precision) for r in metered}
+            breakdowns = {id(r): memory(node_table(scaled[id(r)]), request.precision) for r in metered}
             calibrated_errors, calibrated_energy, calibrated_memory = [], [], []
             left_out_draws: list[tuple[list[int], np.ndarray]] = []  # each draw's records left out, calibrated
             for seed in range(args.seeds):
@@ -180,28 +185,30 @@ def _by_batch(records: list[Record], measured: np.ndarray, uncalibrated: np.ndar
 
 
 def _group_floor(parts: list[LatencyParts], graphs: list, measured_s: np.ndarray) -> tuple[float, str]:
-    """The latency MAPE of one scale per kernel group (:data:`~dippm_nas.cost.kernel_structure.GROUPS`) and
+    """The latency MAPE of one scale per kernel group (:data:`~dippm_nas.cost.learned.kernel_structure.GROUPS`) and
     one on the host's issue time, fitted on every graph (the mean squared log error of the queued latency,
     by Adam on the log-scales) from its operators' times ``parts``, and the scales of the groups the graphs
     run."""
     import torch
 
     length = max(len(part.host_s) for part in parts)
+    # padded with operators that take no time and issue at once: they end no latency
     seconds = torch.zeros(len(parts), length, dtype=torch.float64)
     group = torch.zeros(len(parts), length, dtype=torch.long)
-    issued = torch.full((len(parts), length), -PADDING_S, dtype=torch.float64)  # a padded operator ends no latency
+    host = torch.zeros(len(parts), length, dtype=torch.float64)
+    real = torch.zeros(len(parts), length, dtype=torch.bool)
     for i, (part, graph) in enumerate(zip(parts, graphs)):
         n = len(part.host_s)
+        real[i, :n] = True
         seconds[i, :n] = torch.from_numpy(part.gemm_s + part.other_s)
         group[i, :n] = torch.from_numpy(kernel_groups(node_table(graph)))
-        issued[i, :n] = torch.from_numpy(np.cumsum(part.host_s))
+        host[i, :n] = torch.from_numpy(part.host_s)
     log_scales = torch.zeros(len(GROUPS) + 1, dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.Adam([log_scales], lr=0.05)
 
     def latencies() -> torch.Tensor:
-        scaled = seconds * torch.exp(log_scales[group])
-        left = torch.flip(torch.cumsum(torch.flip(scaled, [1]), 1), [1])  # each operator's and all after it
-        return (torch.exp(log_scales[-1]) * issued + left).max(dim=1).values
+        return queued_latency(host, [seconds * torch.exp(log_scales[group])],
+                              torch.exp(log_scales[-1]).expand(len(parts)))
 
     measured = torch.from_numpy(measured_s)
     for _ in range(GROUP_FIT_STEPS):
@@ -211,7 +218,7 @@ def _group_floor(parts: list[LatencyParts], graphs: list, measured_s: np.ndarray
     with torch.no_grad():
         fitted = latencies().numpy()
         scales = torch.exp(log_scales).numpy()
-    used = sorted(set(group[issued > -PADDING_S].tolist()))
+    used = sorted(set(group[real].tolist()))
     named = ", ".join(f"{GROUPS[g]} {scales[g]:.2g}" for g in used) + f", host {scales[-1]:.2g}"
     return mape(fitted, measured_s), named
 
@@ -230,12 +237,12 @@ def _percent(fraction: float) -> str:
 def _memory_mape(records: list[Record], breakdowns: dict[int, MemoryBreakdown],
                  calibration: Calibration | None = None) -> float:
     """The memory MAPE of ``records`` as the analytical model (with ``calibration``'s memory, where given)
-    predicts what each measured (:func:`~dippm_nas.cost.calibration.memory_terms`: NVML's figure for the
+    predicts what each measured (:func:`~dippm_nas.calibration.memory_terms`: NVML's figure for the
     process, or the first protocol's context plus reserved); nan where there are none."""
     if not records:
         return float("nan")
-    predicted = [sum(memory_terms(calibration.memory(breakdowns[id(r)]) if calibration else breakdowns[id(r)],
-                                  r.memory_measure == MEMORY_NVML_PROCESS)) for r in records]
+    predicted = [sum(memory_terms(calibrated_memory(calibration, breakdowns[id(r)]) if calibration
+                                  else breakdowns[id(r)], r.memory_measure == MEMORY_NVML_PROCESS)) for r in records]
     return mape(np.array(predicted), np.array([r.memory_mb for r in records]))
 
 

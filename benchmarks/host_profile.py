@@ -2,7 +2,7 @@
 
 Where the host binds (the GPU's own time, the analytical model's under CUDA graphs, is under
 1 / HOST_BOUND of the measured latency), eager latency is mostly the time to issue every operator. The
-fit prices it as a prediction does (:func:`~dippm_nas.cost.analytical.queued_latency`: the operators
+fit prices it as a prediction does (:func:`~dippm_nas.cost.pipeline.host_queue.queued_latency`: the operators
 issued one by one, each run on the GPU at the roofline's time once issued) and chooses the
 ``operator_us`` whose predictions have the least squared relative error. Views cost too little to
 tell apart from the operators in these records, so ``view_us`` stays the profile's. PyTorch's fp32
@@ -24,18 +24,19 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, queued_latency, torch_major_minor
-from dippm_nas.cost.host import get_host_profile
-from dippm_nas.cost.table import node_table
+from dippm_nas.cost.models.analytical import AnalyticalCostModel
+from dippm_nas.cost.pipeline.host_queue import queued_latency
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.graph import operators
 from dippm_nas.graph.batching import scale_batch
-from dippm_nas.hardware import get_device
+from dippm_nas.hosts import get_host_profile
 from dippm_nas.training.dataset import load_graphs
-from dippm_nas.training.records import load_records
+from dippm_nas.training.records import load_records, measured_request
 
 #: A record is host-bound where its measured latency is at least this many times the GPU's own time.
 HOST_BOUND = 2.5
@@ -50,14 +51,13 @@ def host_bound_rows(records, graphs, analytical: AnalyticalCostModel) -> list[di
         if r.graph_key not in graphs or r.latency_ms is None:
             continue
         table = node_table(scale_batch(graphs[r.graph_key], r.batch))
-        gpu = analytical.roofline(table, get_device(r.device), r.precision, r.layout, torch_major_minor(r.torch),
-                                  mode="cuda-graphs")
+        gpu = analytical.timed(table, replace(measured_request(r), mode="cuda-graphs"))
         if r.latency_ms < HOST_BOUND * gpu.latency_s * 1e3:
             continue
         # the cast kernels autocast launches: its inputs of the other precision, and a library operator's weights
         weight_casts = operators.kind_table().has_library[table.kind] & table.has_weights
         rows.append({"origin": r.origin, "precision": r.precision, "model": r.model, "batch": r.batch,
-                     "gpu_s": gpu.time_s, "is_view": table.is_view, "latency_us": r.latency_ms * 1e3,
+                     "gpu_s": gpu.gpu_s, "is_view": table.is_view, "latency_us": r.latency_ms * 1e3,
                      "casts": table.autocast.casts + weight_casts})
     return rows
 
@@ -83,7 +83,7 @@ def _fit(rows: list[dict], host_s) -> tuple[float, np.ndarray]:
     ``host_s(row, value)``, have the least squared relative error, and each row's relative error at it."""
     curves = []
     for row in rows:
-        curves.append([queued_latency(row["gpu_s"], host_s(row, us), np.ones(1))[0] * 1e6 / row["latency_us"] - 1
+        curves.append([queued_latency(host_s(row, us), [row["gpu_s"]]) * 1e6 / row["latency_us"] - 1
                        for us in OPERATOR_US_GRID])
     errors = np.array(curves)  # [rows, grid]
     best = int((errors ** 2).sum(axis=0).argmin())

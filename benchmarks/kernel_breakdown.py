@@ -61,10 +61,12 @@ def main() -> int:
 
     from pathlib import Path
 
-    from dippm_nas.cost.analytical import AnalyticalCostModel, torch_major_minor
-    from dippm_nas.cost.table import node_table
+    from dippm_nas.cost.models.analytical import AnalyticalCostModel
+    from dippm_nas.cost.pipeline.table import node_table
     from dippm_nas.graph.batching import scale_batch
     from dippm_nas.hardware import get_device
+    from dippm_nas.precisions import PRECISIONS
+    from dippm_nas.request import Request, torch_major_minor
     from dippm_nas.training.dataset import load_graphs
     from dippm_nas.training.records import operator_times
 
@@ -82,10 +84,10 @@ def main() -> int:
             print(f"  {run.model}: no graph in the store (dippm-nas dataset --featurize)")
             continue
         table = node_table(scale_batch(graph, run.batch))
-        roofline = model.roofline(table, get_device(run.device), run.precision, run.layout,
-                                  torch_major_minor(run.torch))
+        roofline = model.timed(table, Request(get_device(run.device), PRECISIONS[run.precision], run.layout,
+                                              runtime=torch_major_minor(run.torch)))
         analytical_ms = collections.defaultdict(float)
-        for node, seconds in zip(graph.nodes, roofline.time_s.tolist()):
+        for node, seconds in zip(graph.nodes, roofline.gpu_s.tolist()):
             analytical_ms[node.category if node.category in SHOWN else "other"] += seconds * 1e3
         measured = collections.defaultdict(float)
         for name, us in times[run].items():

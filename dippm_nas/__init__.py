@@ -21,8 +21,8 @@ __version__ = "0.1.0"
 keep_llvm_apart()
 
 _EXPORTS = {
-    "CostModel": "dippm_nas.cost", "Estimate": "dippm_nas.cost", "Prediction": "dippm_nas.cost",
-    "get_cost_model": "dippm_nas.cost",
+    "CostModel": "dippm_nas.cost", "Estimate": "dippm_nas.cost", "Prediction": "dippm_nas.prediction",
+    "get_cost_model": "dippm_nas.cost", "register_cost_model": "dippm_nas.cost", "Request": "dippm_nas.request",
     "DippmError": "dippm_nas.errors", "DippmWarning": "dippm_nas.errors",
     "LoadedModel": "dippm_nas.frontends", "load_model": "dippm_nas.frontends",
     "ModelGraph": "dippm_nas.graph", "relax_to_graph": "dippm_nas.graph",
@@ -32,6 +32,7 @@ _EXPORTS = {
     "TensorSpec": "dippm_nas.inputs",
     "SliceEstimate": "dippm_nas._predict", "build_graph": "dippm_nas._predict", "mig_table": "dippm_nas._predict",
     "predict": "dippm_nas._predict", "predict_graph": "dippm_nas._predict", "predict_many": "dippm_nas._predict",
+    "predict_request": "dippm_nas._predict", "predict_requests": "dippm_nas._predict",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,8 @@
-"""The one obvious way in: a model in, a :class:`Prediction` out."""
+"""The one obvious way in: a model in, a :class:`~dippm_nas.prediction.Prediction` out.
+
+Each public function is a door: it builds one :class:`~dippm_nas.request.Request` from its arguments (every name
+read and checked once, before the model is exported) and passes it whole to :func:`predict_request`.
+"""
 
 from __future__ import annotations
 
@@ -11,67 +15,17 @@ from typing import Any
 from tqdm import tqdm
 
 from dippm_nas.cache.models import cached_graph
-from dippm_nas.cost import Estimate, NodeCost, Prediction, get_cost_model
-from dippm_nas.cost.calibration import Calibration, load_calibration
-from dippm_nas.cost.card import operator_model_mismatch
-from dippm_nas.cost.choice import AUTO, check_cost_model, estimate_with
-from dippm_nas.cost.host import HostProfile, get_host_profile
+from dippm_nas.cost import Estimate, get_cost_model
+from dippm_nas.cost_model_names import AUTO
 from dippm_nas.errors import DippmError
-from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.graph.model_graph import ModelGraph
-from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory, select_mig_profile
-from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, Device, check_layout, get_device
+from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, mig_choice, required_memory
+from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, Device
+from dippm_nas.hosts import HostProfile
 from dippm_nas.inputs import DEFAULT_BATCH, InputLike, check_batch
-from dippm_nas.modes import DEFAULT_MODE, check_mode
-from dippm_nas.precisions import Precision, precision_named
-
-#: A calibration as the API takes it: a file :mod:`dippm_nas.cost.calibration` wrote, or one loaded; None: none.
-CalibrationLike = Calibration | str | os.PathLike | None
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a prediction is asked for besides the model, checked and resolved once where it enters the library
-    and passed whole below it: nothing under it reads a name again. ``precision`` None is the model's own
-    (:func:`~dippm_nas.graph.cast.graph_at_precision`), or the calibration's where there is one."""
-
-    gpu: Device
-    precision: Precision | None
-    layout: str
-    mig_margin: float
-    mode: str
-    host: HostProfile
-    calibration: Calibration | None = None
-    cost_model: str = AUTO
-
-    @classmethod
-    def checked(cls, device: str | Device, precision: str | Precision | None, layout: str, mig_margin: float,
-                mode: str, host: str | HostProfile | None, calibration: CalibrationLike = None,
-                cost_model: str = AUTO) -> Request:
-        """The request, or the DippmError of its first bad argument (each says what to do). A calibration
-        (a file's path, or one loaded) must be of the device's GPU, the precision and the mode; ``cost_model``
-        is checked here, before any export."""
-        check_cost_model(cost_model)
-        gpu = get_device(device)
-        if precision is not None:
-            precision = precision_named(precision)
-        layout = check_layout(layout)
-        check_mig_margin(mig_margin)
-        mode = check_mode(mode)
-        host = get_host_profile(host)
-        if calibration is not None and not isinstance(calibration, Calibration | str | os.PathLike):
-            raise DippmError(f"calibration must be the path of a `dippm-nas calibrate` file (or a Calibration), not "
-                             f"{calibration!r}.")
-        if calibration is not None and not isinstance(calibration, Calibration):
-            calibration = load_calibration(calibration)
-        if calibration is not None:
-            precision = precision or precision_named(calibration.precision)
-            calibration.check_for(gpu.whole_gpu().key, precision.name, mode)
-        return cls(gpu, precision, layout, mig_margin, mode, host, calibration, cost_model)
-
-    def on(self, gpu: Device) -> Request:
-        """The same request on another device (a MIG slice of this one)."""
-        return replace(self, gpu=gpu)
+from dippm_nas.modes import DEFAULT_MODE
+from dippm_nas.prediction import Prediction
+from dippm_nas.request import CalibrationLike, Request
 
 
 def build_graph(model: Any, input_shape: InputLike = None, batch: int = 1) -> ModelGraph:
@@ -93,7 +47,7 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     """Predict for a graph already built (its batch size is the graph's).
 
     ``mode`` is how the forward pass is issued: ``eager`` (PyTorch's default: one host thread issues each
-    operator, ``host`` names whose CPU, :data:`dippm_nas.cost.host.HOST_PROFILES`) or ``cuda-graphs`` (one
+    operator, ``host`` names whose CPU, :data:`dippm_nas.hosts.HOST_PROFILES`) or ``cuda-graphs`` (one
     replay, no operator waits on the host).
 
     ``fits`` says whether the predicted memory plus the ``mig_margin`` fits the device's memory (a MIG
@@ -103,41 +57,69 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     answering cost model's error on comparable held-out records, also the last note.
 
     ``calibration`` (``dippm-nas calibrate``'s file) fits the operator model to the user's own measurements
-    of this GPU and host: the prediction is the operator model's, calibrated, and its latency error the
-    calibration's leave-one-out error. One of another GPU, precision or mode is refused.
+    of this GPU and host: the calibrated model answers, and its latency error is the calibration's
+    leave-one-out error. One of another GPU, precision or mode is refused.
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
+    request = Request.of(device, precision, layout=layout, mig_margin=mig_margin, mode=mode, host=host,
+                         calibration=calibration, cost_model=cost_model)
     return predict_request(graph, request)
 
 
 def predict_request(graph: ModelGraph, request: Request) -> Prediction:
-    """:func:`predict_graph` for a request already checked and resolved."""
-    graph, precision, precision_notes = graph_at_precision(graph, request.precision)
-    gpu, layout, mig_margin, mode = request.gpu, request.layout, request.mig_margin, request.mode
-    calibration = request.calibration
-    if calibration is not None and precision is not request.precision:
-        calibration.check_for(gpu.whole_gpu().key, precision.name, mode)
-    host = calibration.host_profile() if calibration else request.host
-    estimate, fallback = estimate_with(graph, gpu, precision, layout, request.cost_model, mode=mode, host=host,
-                                       calibration=calibration)
-    need = required_memory(estimate.memory_mib, mig_margin)
-    fits_memory = need <= gpu.memory_mib
+    """:func:`predict_graph` for a :class:`~dippm_nas.request.Request` already built.
+
+    >>> request = Request.of("h100-sxm", "fp16")
+    >>> predict_request(build_graph("resnet18", batch=8), request).answered_by
+    'operators'
+    """
+    graph, request, precision_notes = request.resolved(graph)
+    estimate = get_cost_model(request.cost_model).estimate(graph, request)
+    return _prediction(graph, request, estimate, precision_notes)
+
+
+def predict_requests(graphs: Sequence[ModelGraph], request: Request) -> list[Prediction]:
+    """:func:`predict_request` of each graph (a population of candidates): the graphs a request resolves to the same
+    precision are estimated together (:meth:`~dippm_nas.cost.CostModel.estimate_many`), equal to one at a time but
+    for the float32 rounding of the operator network, which runs over all their operators at once (within a
+    millionth)."""
+    resolved = [request.resolved(graph) for graph in graphs]
+    together: dict[int, list[int]] = {}
+    for i, (_, at, _) in enumerate(resolved):
+        together.setdefault(id(at.precision), []).append(i)
+    out: list[Prediction | None] = [None] * len(graphs)
+    model = get_cost_model(request.cost_model)
+    for members in together.values():
+        at = resolved[members[0]][1]
+        graphs_at = [resolved[i][0] for i in members]
+        many = getattr(model, "estimate_many", None)  # a model of the user's own may estimate one at a time
+        estimates = many(graphs_at, at) if many else [model.estimate(graph, at) for graph in graphs_at]
+        for i, estimate in zip(members, estimates):
+            graph, _, notes = resolved[i]
+            out[i] = _prediction(graph, at, estimate, notes)
+    return out
+
+
+def _prediction(graph: ModelGraph, request: Request, estimate: Estimate, precision_notes: tuple[str, ...]
+                ) -> Prediction:
+    """The prediction of ``estimate``: the memory's fit on the device and the MIG slice it takes, and the notes."""
+    gpu, margin = request.gpu, request.mig_margin
+    fits_memory = required_memory(estimate.memory_mib, margin) <= gpu.memory_mib
     if gpu.slice_of:
-        profile, reason = _slice_fit(estimate.memory_mib, gpu, mig_margin, fits_memory)
+        profile, reason = _slice_fit(estimate.memory_mib, gpu, margin, fits_memory)
     else:
-        choice = select_mig_profile(estimate.memory_mib, gpu, mig_margin)
+        choice = mig_choice(estimate.memory_mib, gpu, margin)
         profile, reason = choice.profile, choice.reason
-    memory_note = () if fits_memory else (_out_of_memory_note(estimate, gpu, graph.batch, mig_margin),)
+    memory_note = () if fits_memory else (_out_of_memory_note(estimate, gpu, graph.batch, margin),)
     error_note = (estimate.error.note,) if estimate.error else ()
-    notes = memory_note + precision_notes + tuple(graph.warnings) + estimate.notes + fallback + error_note
+    notes = memory_note + precision_notes + tuple(graph.warnings) + estimate.notes + error_note
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mib=estimate.memory_mib, mig_profile=profile, device=gpu.key,
-        precision=precision.name, batch=graph.batch, cost_model=estimate.cost_model, answered_by=estimate.answered_by,
-        layout=layout,
+        precision=request.precision.name, batch=graph.batch, cost_model=estimate.cost_model,
+        answered_by=estimate.answered_by, layout=request.layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=estimate.error,
-        mode=mode, host=host.name if mode == "eager" else "", estimate=estimate,
+        mode=request.mode, host=request.host.name if request.mode == "eager" else "", estimate=estimate,
     )
 
 
@@ -145,7 +127,7 @@ def _slice_fit(memory_mib: float, gpu: Device, margin: float, fits_slice: bool) 
     """The MIG profile and reason of a prediction made on a slice: the slice itself where the model fits it."""
     whole = gpu.whole_gpu()
     need = required_memory(memory_mib, margin)
-    smallest = select_mig_profile(memory_mib, whole, margin).profile
+    smallest = mig_choice(memory_mib, whole, margin).profile
     verdict = "fits in" if fits_slice else "exceeds"
     reason = (f"the {gpu.slice_of} slice of {whole.key}: {need:.0f} MiB (memory + {margin:.0%} margin) {verdict} "
               f"its {gpu.memory_mib:.0f} MiB usable")
@@ -200,7 +182,8 @@ def predict(model: Any, input_shape: InputLike = None, batch: int = DEFAULT_BATC
     >>> p.answered_by, p.mig_profile, 500 < p.memory_mib < 2000, p.fits
     ('operators', '1g.10gb', True, True)
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
+    request = Request.of(device, precision, layout=layout, mig_margin=mig_margin, mode=mode, host=host,
+                         calibration=calibration, cost_model=cost_model)
     return predict_request(checked_graph(model, input_shape, batch), request)
 
 
@@ -217,7 +200,8 @@ def predict_many(models: Sequence[Any], input_shape: InputLike = None, batch: in
     >>> [p.mig_profile for p in predict_many(["resnet18", "resnet50"], batch=8)]
     ['1g.5gb', '1g.5gb']
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
+    request = Request.of(device, precision, layout=layout, mig_margin=mig_margin, mode=mode, host=host,
+                         calibration=calibration, cost_model=cost_model)
     out = []
     for i, model in enumerate(tqdm(models, desc="predicting", unit="model", file=sys.stderr, disable=not progress)):
         try:
@@ -234,18 +218,6 @@ def checked_graph(model: Any, input_shape: InputLike, batch: int) -> ModelGraph:
     bad ones fail before the slow export. A graph built before is read from the user's disk cache
     (:mod:`dippm_nas.cache.models`: ``DIPPM_NAS_CACHE_DIR``, ``DIPPM_NAS_NO_CACHE=1``), without TVM."""
     return cached_graph(model, input_shape, check_batch(batch), build_graph)
-
-
-def slowest_operators(graph: ModelGraph, prediction: Prediction, n: int) -> tuple[list[NodeCost], str]:
-    """The ``n`` operators that take the most time, and which model timed them: PMGNS (asked by name)
-    corrects the total only, so under it the operators are timed by the operator model (the roofline where
-    its weights do not match this version)."""
-    if prediction.estimate and prediction.estimate.nodes:
-        return prediction.estimate.top_nodes(n), prediction.estimate.answered_by
-    timer = "analytical" if operator_model_mismatch() else "operators"
-    estimate = get_cost_model(timer).estimate(graph, get_device(prediction.device), prediction.precision,
-                                              prediction.layout)
-    return estimate.top_nodes(n), estimate.answered_by
 
 
 @dataclass(frozen=True)
@@ -288,27 +260,18 @@ def mig_table(model: Any, device: str | Device = DEFAULT_DEVICE, precision: str 
     >>> rows[0].profile, rows[0].fits, rows[0].cost_model, len({r.cost_model for r in rows})
     ('1g.10gb', True, 'operators', 1)
     """
-    request = Request.checked(device, precision, layout, mig_margin, mode, host, calibration, cost_model)
-    _mig_gpu(request)  # before the export
+    request = Request.of(device, precision, layout=layout, mig_margin=mig_margin, mode=mode, host=host,
+                         calibration=calibration, cost_model=cost_model)
+    request.mig_gpu()  # before the export
     graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
     return slice_estimates(graph, request)
 
 
-def _mig_gpu(request: Request) -> Device:
-    """The whole GPU of the request's device, or a DippmError where it has no MIG."""
-    gpu = request.gpu.whole_gpu()
-    if not gpu.has_mig:
-        raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
-                         + ", ".join(d.key for d in _mig_devices()) + ".")
-    return gpu
-
-
 def slice_estimates(graph: ModelGraph, request: Request, whole: Prediction | None = None) -> list[SliceEstimate]:
-    """:func:`mig_table` for a graph and a request already checked and resolved; ``whole``: the prediction of
-    the same graph and request on the whole GPU, where the caller has made it (``dippm-nas mig`` prints it)."""
-    gpu = _mig_gpu(request)
-    graph, precision, _ = graph_at_precision(graph, request.precision)  # cast once, not once a slice
-    request = replace(request, precision=precision)
+    """:func:`mig_table` for a graph and a request already built; ``whole``: the prediction of the same graph
+    and request on the whole GPU, where the caller has made it (``dippm-nas mig`` prints it)."""
+    gpu = request.mig_gpu()
+    graph, request, _ = request.resolved(graph)  # cast once, not once a slice
     whole = whole or predict_request(graph, request.on(gpu))
     request = replace(request, cost_model=whole.answered_by)  # the same model on every slice as on the whole GPU
     rows = []
@@ -317,9 +280,3 @@ def slice_estimates(graph: ModelGraph, request: Request, whole: Prediction | Non
         rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count, bool(p.fits), p.latency_ms,
                                   p.energy_j, p.memory_mib, p.energy_j_per_sample, p.cost_model))
     return rows
-
-
-def _mig_devices() -> list[Device]:
-    from dippm_nas.hardware.registry import list_devices
-
-    return [d for d in list_devices() if d.has_mig]

@@ -61,9 +61,9 @@ class BlockSpec:
         """A spec from the configuration as keyword arguments, sorted so their order does not matter."""
         return BlockSpec(kind, tuple(sorted(config.items())), tuple(input_shape))
 
-    @property
+    @cached_property
     def signature(self) -> str:
-        """A hash of kind, configuration, input shape and dtype: the subgraph cache's key."""
+        """A hash of kind, configuration, input shape and dtype: the subgraph cache's key (hashed once)."""
         return _digest([self.kind, list(self.config), list(self.input_shape), self.dtype])
 
     def build(self) -> nn.Module:
@@ -84,9 +84,9 @@ class Candidate:
     model: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def signature(self) -> str:
-        """A hash of space, architecture and input shape: the stitched graph's cache key."""
+        """A hash of space, architecture and input shape: the stitched graph's cache key (hashed once)."""
         return _digest([self.space, dict(self.arch), list(self.input_shape)])
 
     @property

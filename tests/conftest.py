@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-import warnings
 
 import pytest
 import torch
 from torch import nn
 
-warnings.filterwarnings("ignore")
 # Tests build their graphs, rather than read them from the user's disk cache (dippm_nas.cache.models);
 # the cache's own tests turn it on, in a directory of their own.
 os.environ.setdefault("DIPPM_NAS_NO_CACHE", "1")
@@ -55,6 +53,24 @@ class TransformerBlock(nn.Module):
         attn = nn.functional.scaled_dot_product_attention(q, k, v)
         x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm2(x))))
+
+
+def estimate_of(model, graph, device="a100-40gb", precision: str | None = "fp32", **request):
+    """``model``'s estimate of ``graph`` on the request those arguments make (:meth:`dippm_nas.Request.of`: a
+    layout, a mode, a host...), the graph resolved for it as a prediction resolves it."""
+    from dippm_nas.request import Request
+
+    graph, resolved, _ = Request.of(device, precision, **request).resolved(graph)
+    return model.estimate(graph, resolved)
+
+
+def request_of(device="a100-40gb", precision: str = "fp32", runtime: tuple[int, int] | None = None, **request):
+    """The resolved request of a device, a precision and PyTorch ``runtime`` (None: the current one)."""
+    from dataclasses import replace
+
+    from dippm_nas.request import Request
+
+    return replace(Request.of(device, precision, **request), runtime=runtime)
 
 
 @pytest.fixture

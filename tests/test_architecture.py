@@ -1,22 +1,28 @@
-"""The package's import structure: prediction loads no client, and no module imports itself back.
+"""The packages' import structure: prediction loads no client, no module imports itself back, and no layer
+imports one above it.
 
-``dippm_nas.training`` and ``dippm_nas.measure`` are clients of the prediction stages (frontends, graph,
-cost, hardware): they may import those, never the other way round, and only the CLI reaches into them.
+Data flows one way: the tables every stage reads, then the graph and the devices, the request, the frontends,
+the cost models, the prediction, the Optuna integration; the search spaces use dippm_nas, never the reverse (they
+add their frontend through an entry point); ``dippm_nas.training`` and ``dippm_nas.measure`` are clients of it
+all, and only the CLI reaches into them. ``dippm_nas`` and ``search_spaces`` are scanned together.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dippm_nas"
+PACKAGES = (PACKAGE, ROOT / "search_spaces")
 CLIENTS = ("dippm_nas.training", "dippm_nas.measure")
 #: Modules that may import a client: the clients themselves and the command line (a module or a package).
 MAY_IMPORT_CLIENTS = (*CLIENTS, "dippm_nas.cli")
@@ -78,11 +84,11 @@ def _imports(path: Path) -> set[str]:
             for alias in node.names:
                 # ``from X import Y`` imports the module X.Y where there is one, else a name defined in X
                 names.add(f"{source}.{alias.name}" if _is_module(f"{source}.{alias.name}") else source)
-    return {name for name in names if _within(name, ("dippm_nas",))}
+    return {name for name in names if _within(name, ("dippm_nas", "search_spaces"))}
 
 
 def _import_graph() -> dict[str, set[str]]:
-    return {_module_name(path): _imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    return {_module_name(path): _imports(path) for package in PACKAGES for path in sorted(package.rglob("*.py"))}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -137,12 +143,13 @@ def _client_imports(graph: dict[str, set[str]]) -> list[str]:
                   if not _within(module, MAY_IMPORT_CLIENTS) for target in targets if _within(target, CLIENTS))
 
 
-def test_no_import_cycle_inside_the_package():
+def test_no_import_cycle_inside_the_packages():
     graph = _import_graph()
     assert graph.get("dippm_nas._predict"), "the import graph came out empty: no imports found in dippm_nas._predict"
+    assert graph.get("search_spaces"), "no imports found in search_spaces"
     cycles = _cycles(graph)
     if cycles:
-        pytest.fail("modules of dippm_nas that import each other in a cycle:\n" + "\n".join(
+        pytest.fail("modules of dippm_nas and search_spaces that import each other in a cycle:\n" + "\n".join(
             "  " + ", ".join(cycle) + "\n" + "".join(
                 f"    {module} imports {', '.join(sorted(set(cycle) & graph[module]))}\n" for module in cycle)
             for cycle in cycles), pytrace=False)
@@ -159,6 +166,40 @@ def test_no_import_cycle_inside_the_package():
         pytest.fail("only dippm_nas.training, dippm_nas.measure and dippm_nas.cli may import the clients "
                     "dippm_nas.training and dippm_nas.measure:\n" + "".join(f"  {line}\n" for line in into_clients),
                     pytrace=False)
+
+
+#: The layers, lowest first: a module may import its own layer and those below, never one above. Within a layer
+#: the modules must still import each other without a cycle (the test above).
+LAYERS = (
+    ("dippm_nas", "dippm_nas.errors", "dippm_nas._llvm", "dippm_nas._folders", "dippm_nas.relax_contract",
+     "dippm_nas.precisions", "dippm_nas.modes", "dippm_nas.hosts", "dippm_nas.cost_model_names",
+     "dippm_nas.inputs", "dippm_nas.graph.tensor"),  # the tables and the leaf types every stage reads
+    ("dippm_nas.graph", "dippm_nas.hardware", "dippm_nas.calibration", "dippm_nas.model_names", "dippm_nas.cache"),
+    ("dippm_nas.request",),
+    ("dippm_nas.frontends",),
+    ("dippm_nas.cost",),
+    ("dippm_nas.prediction", "dippm_nas._predict"),
+    ("dippm_nas.integration",),
+    ("search_spaces",),
+    CLIENTS,
+    ("dippm_nas.cli",),
+)
+
+
+def _layer(module: str) -> int:
+    """The layer of a module: the one whose longest prefix names it."""
+    found = [(len(prefix), i) for i, layer in enumerate(LAYERS) for prefix in layer if _within(module, (prefix,))]
+    assert found, f"{module} is in no layer of LAYERS: add it"
+    return max(found)[1]
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = sorted(f"{module} (layer {_layer(module)}) imports {target} (layer {_layer(target)})"
+                    for module, targets in _import_graph().items() for target in targets
+                    if _layer(target) > _layer(module))
+    if upward:
+        pytest.fail("imports from a layer below into one above it (tests/test_architecture.py: LAYERS):\n"
+                    + "".join(f"  {line}\n" for line in upward), pytrace=False)
 
 
 #: Operators the cost and graph stages must know of through the registry only.
@@ -188,3 +229,27 @@ def test_no_two_modules_of_one_name():
         if path.stem not in ("__init__", "__main__"):
             seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+#: The formulas written once: the host queue (a reversed cumulative sum of GPU time: what is left from each
+#: operator on) and the floor under a learned kernel time; each in its stage, whoever calls it (a prediction,
+#: the operator model's training, a calibration, a benchmark).
+WRITTEN_ONCE = {"the host queue": (re.compile(r"flip\(.*cum|cum\w*\(.*(flip|\[::-1\])"), "host_queue.py"),
+                "the floor": (re.compile(r"maximum\(.*floor"), "kernel_times.py")}
+
+
+@pytest.mark.parametrize("formula", list(WRITTEN_ONCE))
+def test_the_host_queue_and_the_floor_are_written_once(formula):
+    pattern, home = WRITTEN_ONCE[formula]
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    homes = sorted(str(p.relative_to(ROOT)) for p in files if pattern.search(p.read_text()))
+    assert homes == [f"dippm_nas/cost/pipeline/{home}"], f"{formula} is written in {homes}"
+
+
+@pytest.mark.parametrize("category", [DeprecationWarning, FutureWarning])
+@pytest.mark.parametrize("module", ["dippm_nas.cost.models.auto", "search_spaces.base"])
+def test_a_deprecation_our_code_meets_fails_the_test(category, module):
+    """pyproject.toml's filters: a deprecation raised in our modules (a deprecated API we call, or one of ours) is
+    an error under the tests, and no filter hides other warnings."""
+    with pytest.raises(category):
+        warnings.warn_explicit("deprecated", category, "somewhere.py", 1, module=module)

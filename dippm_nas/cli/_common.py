@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from dippm_nas.cost_model_names import CHOICES
 from dippm_nas.errors import DippmError
 
 
@@ -34,10 +33,6 @@ def inputs_of(args: argparse.Namespace) -> object:
     return ";".join(args.input) if args.input else None
 
 
-#: The cost models ``--cost-model`` takes: ``auto`` and every shipped one.
-COST_MODELS = CHOICES
-#: The largest ``--mig-margin`` the command line takes: 1.0 asks a slice for twice the predicted memory.
-MAX_MIG_MARGIN = 1.0
 #: Suffixes of model files: a model argument ending in one that does not exist is answered at once.
 MODEL_FILE_SUFFIXES = (".onnx", ".keras", ".h5", ".tflite", ".pdmodel")
 
@@ -50,27 +45,23 @@ def check_model_path(model: str) -> None:
         raise DippmError(f"no such {kind}: {model}")
 
 
-def check_mig_margin(margin: float) -> float:
-    """``--mig-margin`` as a fraction from 0 to :data:`MAX_MIG_MARGIN`, else one clear error."""
-    from dippm_nas.hardware.mig import check_mig_margin as check
+def request_of(args: argparse.Namespace):
+    """The :class:`~dippm_nas.request.Request` the arguments make, every one checked and resolved once
+    (``--calibration`` loaded and checked against the device, precision and mode), before the model is built: the
+    command line only builds a request."""
+    from dippm_nas.request import Request
 
-    check(margin)
-    if margin > MAX_MIG_MARGIN:
-        raise DippmError(f"--mig-margin {margin:g} asks a MIG slice for {1 + margin:g} times the predicted memory; "
-                         f"the margin is a fraction from 0 to {MAX_MIG_MARGIN:g} (0.05, the default, adds 5 %).")
-    return margin
+    return Request.of(args.device, args.precision, layout=args.layout, mig_margin=args.mig_margin, mode=args.mode,
+                      host=args.host, calibration=args.calibration, cost_model=args.cost_model)
 
 
 def check_model_args(args: argparse.Namespace) -> None:
-    """Everything ``predict`` and ``mig`` can check from the arguments alone, before torch, TVM or timm is
-    imported: the batch, the device (and MIG profile), the margin, the inputs and a model file's existence."""
-    from dippm_nas.hardware.registry import get_device
+    """What ``predict`` and ``mig`` can check of the model from the arguments alone, before torch, TVM or timm is
+    imported: the batch, the inputs and a model file's existence or name."""
     from dippm_nas.inputs import check_batch, normalize_inputs
     from dippm_nas.model_names import check_factory_module, check_timm_name, read_onnx
 
     check_batch(args.batch)
-    get_device(args.device)
-    check_mig_margin(args.mig_margin)
     normalize_inputs(inputs_of(args))
     check_model_path(args.model)
     if args.model.lower().endswith(".onnx"):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dippm_nas.cli._common import COST_MODELS, check_model_args, format_table, inputs_of
-from dippm_nas.errors import DippmError
+from dippm_nas.cli._common import check_model_args, format_table, inputs_of, request_of
 
 EPILOG = """\
 MODEL is a timm model name (resnet50), a path to an .onnx file, 'package.module:factory' (a
@@ -30,12 +29,12 @@ examples:
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    from dippm_nas.cost_model_names import AUTO
-    from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN
-    from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, LAYOUTS, PRECISIONS
+    from dippm_nas.cost_model_names import AUTO, cost_model_names
+    from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, MAX_MIG_MARGIN
+    from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, LAYOUTS
     from dippm_nas.inputs import DEFAULT_BATCH
     from dippm_nas.modes import DEFAULT_MODE, EXECUTION_MODES
-    from dippm_nas.precisions import precision_help
+    from dippm_nas.precisions import PRECISIONS, precision_help
 
     parser.add_argument("model", help="timm name, .onnx, .keras, .tflite, SavedModel dir, Paddle .json/.pdmodel, "
                                       "'module:factory', 'space:architecture' or 'hf:<type>'")
@@ -53,52 +52,42 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", default=DEFAULT_LAYOUT, type=str.lower, choices=list(LAYOUTS),
                         help="memory layout the model runs in: nchw (PyTorch's default) or nhwc "
                              f"(channels_last) (default: {DEFAULT_LAYOUT})")
-    parser.add_argument("--cost-model", default=AUTO, choices=list(COST_MODELS),
+    parser.add_argument("--cost-model", default=AUTO, choices=list(cost_model_names()),
                         help="auto (the operator model; on a GPU it never learned from, corrected by its residual "
-                             "in the regimes where that erred less with each GPU held out: weights/residual.json; "
-                             "the analytical model where the operator model's weights do not match this version), "
-                             "operators (each kernel learned from its tiles, waves and the spec sheet), residual "
-                             "(the operator model with PMGNS's bounded correction, everywhere), analytical (the "
-                             "roofline alone) or pmgns (DIPPM's GraphSAGE correction of the roofline's total) "
-                             f"(default: {AUTO})")
+                             "in the regimes where that erred less with each GPU held out: the residual's card; "
+                             "the analytical model where the operator model's weights do not match this version; "
+                             "the calibrated model with --calibration), operators (each kernel learned from its "
+                             "tiles, waves and the spec sheet), residual (the operator model with PMGNS's bounded "
+                             "correction, everywhere), analytical (the roofline alone), pmgns (DIPPM's GraphSAGE "
+                             "correction of the roofline's total) or calibrated (the operator model fitted to your "
+                             f"--calibration) (default: {AUTO})")
     parser.add_argument("--mig-margin", type=float, default=DEFAULT_MIG_MARGIN,
-                        help="safety margin on memory when choosing a MIG slice, a fraction from 0 to 1 "
-                             f"(default: {DEFAULT_MIG_MARGIN})")
+                        help="safety margin on memory when choosing a MIG slice, a fraction from 0 to "
+                             f"{MAX_MIG_MARGIN:g} (default: {DEFAULT_MIG_MARGIN})")
     parser.add_argument("--mode", default=DEFAULT_MODE, type=str.lower, choices=list(EXECUTION_MODES),
                         help="how the forward pass is issued: eager (PyTorch's default, each operator from the host) "
                              f"or cuda-graphs (one replay, no host wait) (default: {DEFAULT_MODE})")
     parser.add_argument("--host", default=None, metavar="PROFILE",
-                        help="whose CPU issues eager's operators: a host profile of dippm_nas.cost.host "
+                        help="whose CPU issues eager's operators: a host profile of dippm_nas.hosts "
                              "(default: h100-harness, the host of the H100s the harness measured)")
     parser.add_argument("--calibration", default=None, metavar="PROFILE.json",
                         help="a calibration of this GPU, precision and mode from `dippm-nas calibrate` (your own "
-                             "measurements): the operator model, fitted to them, answers")
+                             "measurements): the calibrated operator model answers")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def checked_request(args: argparse.Namespace):
-    """The request the arguments make, checked and resolved (``--calibration`` loaded and checked against the
-    device, precision and mode) before the model is built."""
-    from dippm_nas._predict import Request
-
-    return Request.checked(args.device, args.precision, args.layout, args.mig_margin, args.mode, args.host,
-                           args.calibration, args.cost_model)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``dippm-nas predict``: the arguments are checked before the library's heavy parts are imported."""
+    request = request_of(args)
     check_model_args(args)
-    from dippm_nas._predict import checked_graph, predict_request, slowest_operators
+    from dippm_nas._predict import checked_graph, predict_request
 
-    request = checked_request(args)
-    graph = checked_graph(args.model, inputs_of(args), args.batch)
-    p = predict_request(graph, request)
-    operators, timed_by = slowest_operators(graph, p, args.top) if args.top else ([], "")
+    p = predict_request(checked_graph(args.model, inputs_of(args), args.batch), request)
+    operators = p.estimate.top_nodes(args.top) if args.top else []
     if args.json:
         out = p.to_dict()
         if args.top:
             out["top_operators"] = [vars(c) for c in operators]
-            out["top_operators_cost_model"] = timed_by
         print(json.dumps(out, indent=2))
         return 0
     print(format_table(prediction_rows(p), ["", "prediction"]))
@@ -112,10 +101,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if operators:
         rows = [[str(c.node), c.op, f"{c.time_ms:.4f}", f"{c.flops / 1e9:.3f}", f"{c.bytes / 2**20:.2f}", c.bound,
                  c.unit] for c in operators]
-        if timed_by != p.answered_by:
-            timer = {"operators": "operator"}.get(timed_by, timed_by)
-            print(f"\nthe slowest operators as the {timer} model times them ({p.answered_by} "
-                  "corrects the total, not each operator):", end="")
         print("\n" + format_table(rows, ["node", "operator", "ms", "GFLOPs", "MiB moved", "bound", "unit"]))
     for note in p.notes:
         print(f"note: {note}")
@@ -123,14 +108,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from dippm_nas.cost.coverage import measured_gpus, operator_model_gpus
+    from dippm_nas.cost.learned.card import OPERATOR_WEIGHTS, PMGNS_WEIGHTS, load_card
     from dippm_nas.hardware.registry import list_devices, spec_template
 
     if args.template:
         print(spec_template(), end="")
         return 0
     devices = list_devices()
-    measured, pmgns = operator_model_gpus(), measured_gpus()
+    measured, pmgns = ((card.gpus_in_training if card else frozenset())
+                       for card in (load_card(OPERATOR_WEIGHTS), load_card(PMGNS_WEIGHTS)))
     if args.json:
         print(json.dumps([d.to_dict() | {"operator_model_measured": d.key in measured,
                                          "pmgns_trained_on_records": d.key in pmgns} for d in devices], indent=2))
@@ -152,11 +138,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_mig(args: argparse.Namespace) -> int:
     """``dippm-nas mig``: the arguments, and that the device has MIG, are checked before the heavy imports."""
+    request = request_of(args)
+    request.mig_gpu()
     check_model_args(args)
-    check_has_mig(args.device)
     from dippm_nas._predict import checked_graph, predict_request, slice_estimates
 
-    request = checked_request(args)
     graph = checked_graph(args.model, inputs_of(args), args.batch)
     whole = predict_request(graph, request.on(request.gpu.whole_gpu()))  # a slice key stands for its GPU
     rows = slice_estimates(graph, request, whole)
@@ -171,7 +157,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
           f"predicted ({fits} the whole GPU's {whole.memory_available_mib:,.0f} MiB), smallest fitting profile: "
           f"{whole.mig_profile or 'none'}")
     print(f"cost model, the same for the whole GPU and every slice: {whole.cost_model}\n")
-    table = [["whole GPU", str(get_sm_count(whole.device)), f"{whole.memory_available_mib:.0f}",
+    table = [["whole GPU", str(request.gpu.whole_gpu().sm_count), f"{whole.memory_available_mib:.0f}",
               "yes" if whole.fits else "no", f"{whole.latency_ms:.3f}", f"{whole.energy_j:.4f}",
               f"{whole.energy_j_per_sample:.4g}"]]
     table += [[r.profile, str(r.sm_count), f"{r.usable_mib:.0f}", "yes" if r.fits else "no",
@@ -184,13 +170,6 @@ def cmd_mig(args: argparse.Namespace) -> int:
         print(f"note: {args.device} names one slice; mig lists every slice of {whole.device} (`dippm-nas predict "
               f"--device {args.device}` predicts that one alone)")
     return 0
-
-
-def get_sm_count(device: str) -> int:
-    """The SM count of a device key, for the whole-GPU row of ``mig``."""
-    from dippm_nas.hardware.registry import get_device
-
-    return get_device(device).sm_count
 
 
 def prediction_rows(p) -> list[list[str]]:
@@ -218,17 +197,6 @@ def prediction_rows(p) -> list[list[str]]:
             "comparable test records"
         rows.append(["latency error", f"{e.mape:.1%} MAPE on {e.records} {measured} (see the last note)"])
     return rows
-
-
-def check_has_mig(device: str) -> None:
-    """A device without MIG is an error for ``mig``, said with the devices that have it; a slice key
-    (``a100-40gb:1g.5gb``) stands for its GPU."""
-    from dippm_nas.hardware.registry import get_device, list_devices
-
-    gpu = get_device(device).whole_gpu()
-    if not gpu.has_mig:
-        raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG; MIG-capable devices: "
-                         + ", ".join(d.key for d in list_devices() if d.has_mig) + ".")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

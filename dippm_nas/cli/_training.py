@@ -72,7 +72,7 @@ def _training_set(args: argparse.Namespace):
 
 def _shipper(ts):
     """Saves a fitted random-split model as the shipped weights, and says so."""
-    from dippm_nas.cost.learned import WEIGHTS
+    from dippm_nas.cost.learned.card import PMGNS_WEIGHTS
     from dippm_nas.training.ship import save
     from dippm_nas.training.train import final_training_records
 
@@ -82,13 +82,13 @@ def _shipper(ts):
                  "n_test": len(split.test), "data": "data/records.csv (timm benchmarks as published, harness rows)"}
         if held_out_family is not None:  # the same configuration on the family split's test set
             extra["held_out_family_latency"] = held_out_family
-        save(fitted, ts, trained_on, WEIGHTS / "pmgns", extra)
+        save(fitted, ts, trained_on, PMGNS_WEIGHTS, extra)
         parameters = sum(p.numel() for model in fitted.models for p in model.parameters())
         print(f"PMGNS (GraphSAGE, {len(fitted.models)} members) trained on {len(trained_on)} records, "
               f"{fitted.epochs_run} "
               f"epochs (chosen by early stopping on validation); test "
               f"latency MAPE {test['mape']:.2%}, Kendall tau {test['tau']:.3f}, within 10 % {test['within10']:.1%}; "
-              f"weights {WEIGHTS / 'pmgns.safetensors'} ({parameters:,} parameters), card {WEIGHTS / 'pmgns.json'}")
+              f"weights {PMGNS_WEIGHTS}.safetensors ({parameters:,} parameters), card {PMGNS_WEIGHTS}.json")
 
     return ship
 
@@ -105,15 +105,14 @@ def _operator_data(args: argparse.Namespace):
 
 def cmd_train_operators(args: argparse.Namespace) -> int:
     """Fit the operator model on every operator sample and training record, and ship it."""
-    from dippm_nas.cost.card import OPERATOR_WEIGHTS, operator_model_mismatch
-    from dippm_nas.cost.operator_model import load
+    from dippm_nas.cost.learned.card import OPERATOR_WEIGHTS
+    from dippm_nas.cost.models import forget_loaded
     from dippm_nas.training.operator_training import OperatorTraining, fit
 
     samples, records = _operator_data(args)
     model = fit(samples, records, OperatorTraining(seed=args.seed))
     model.save(OPERATOR_WEIGHTS)
-    load.cache_clear()
-    operator_model_mismatch.cache_clear()
+    forget_loaded()
     print(f"operator model trained on {len(samples)} operators of {len(set(samples.gpu))} GPUs and {len(records)} "
           f"records: {OPERATOR_WEIGHTS}.safetensors, card {OPERATOR_WEIGHTS}.json")
     return 0
@@ -132,7 +131,13 @@ def cmd_evaluate_operators(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Fit PMGNS on the random split and ship it (or, with ``--operators``, the operator model)."""
+    """Fit PMGNS on the random split and ship it (or, with ``--operators``, the operator model; with
+    ``--reference-graphs``, write the graphs the learned models' contract is checked on)."""
+    if args.reference_graphs:
+        from dippm_nas.training.ship import write_reference_graphs
+
+        print(f"reference graphs of the learned models' contract: {write_reference_graphs()}")
+        return 0
     if args.operators:
         return cmd_train_operators(args)
     from dippm_nas.training.metrics import summary
@@ -268,7 +273,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         ("train", "train PMGNS on the data set and ship its weights",
          "Fits PMGNS (GraphSAGE) on the random 70/15/15 split of data/records.csv as `evaluate` does: early "
          "stopping on validation MAPE with a moving average of the weights, then a refit on training + "
-         "validation. Writes dippm_nas/cost/weights/pmgns.safetensors and its model card (JSON). Needs "
+         "validation. Writes dippm_nas/cost/learned/weights/pmgns.safetensors and its model card (JSON). Needs "
          "`dippm-nas dataset --featurize` first; about 20 minutes on two cores.", cmd_train),
         ("evaluate", "every split and baseline; writes docs/accuracy.md",
          "Trains PMGNS on every split (random, families held out, RTX 3090 -> 4090 and back), scores it "
@@ -293,6 +298,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="the operator model instead of PMGNS: trained on NeuSight's operator corpus, the "
                             "operator sweeps and whole-model records; `evaluate --operators` holds each GPU of the "
                             "operator data out in turn and predicts NeuSight's transformers (docs/operators.md)")
+        if name == "train":
+            t.add_argument("--reference-graphs", action="store_true",
+                           help="instead: build the graphs the learned models' cards check their inputs on (resnet18, "
+                                "mobilenetv3_small_100, deit_tiny_patch16_224 at batch 1) and write them beside the "
+                                "weights (reference_graphs.json); nothing is trained")
         if name == "evaluate":
             t.add_argument("--comparison-epochs", type=int, default=10,
                            help="epochs for the GNN comparison (the paper compared at 10)")

@@ -1,54 +1,57 @@
-"""Cost models: one interface (:class:`CostModel`), registered here by name.
+"""Cost models: stages written once (:mod:`dippm_nas.cost.pipeline`), composed by the models
+(:mod:`dippm_nas.cost.models`), all with one signature, ``estimate(graph, request) -> Estimate``, registered here
+by name. The learned parts (networks, features, cards, weights) live in :mod:`dippm_nas.cost.learned`; a model
+module loads on first use, as the learned ones need torch.
 
-``analytical`` is the roofline, host queue, allocator replay and power model
-(:mod:`dippm_nas.cost.analytical`); ``operators`` times every kernel from its structure on the GPU
-(:mod:`dippm_nas.cost.operator_cost`); ``residual`` is PMGNS over it, a bounded whole-graph correction
-(:mod:`dippm_nas.cost.residual`); ``pmgns`` is DIPPM's learned correction of the roofline
-(:mod:`dippm_nas.cost.learned`). The learned ones load only when asked for, since they need torch and weights.
-
->>> from dippm_nas.cost import cost_model_names
+>>> from dippm_nas.cost_model_names import cost_model_names
 >>> cost_model_names()
-['analytical', 'operators', 'residual', 'pmgns']
+('auto', 'operators', 'residual', 'analytical', 'pmgns', 'calibrated')
 """
 
-from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.cost.base import (
-    CostModel,
-    Estimate,
-    MemoryBreakdown,
-    NodeCost,
-    NotCovered,
-    Prediction,
-    cost_model_names,
-    get_cost_model,
-    register_cost_model,
-)
-from dippm_nas.cost_model_names import SHIPPED
+from dippm_nas.cost.estimate import CostModel, Estimate, MemoryBreakdown, NodeCost, NotCovered
+from dippm_nas.cost.model_registry import get_cost_model, register_cost_model
+from dippm_nas.cost_model_names import cost_model_names
+
+
+def _auto() -> CostModel:
+    from dippm_nas.cost.models.auto import AutoCostModel
+
+    return AutoCostModel()
 
 
 def _operators() -> CostModel:
-    from dippm_nas.cost.operator_cost import OperatorCostModel
+    from dippm_nas.cost.models.operators import OperatorCostModel
 
     return OperatorCostModel()
 
 
 def _residual() -> CostModel:
-    from dippm_nas.cost.residual import ResidualCostModel
+    from dippm_nas.cost.models.residual import ResidualCostModel
 
     return ResidualCostModel()
 
 
+def _analytical() -> CostModel:
+    from dippm_nas.cost.models.analytical import AnalyticalCostModel
+
+    return AnalyticalCostModel()
+
+
 def _pmgns() -> CostModel:
-    from dippm_nas.cost.learned import PMGNSCostModel
+    from dippm_nas.cost.models.pmgns import PMGNSCostModel
 
     return PMGNSCostModel()
 
 
-_FACTORIES = {"analytical": AnalyticalCostModel, "operators": _operators, "residual": _residual, "pmgns": _pmgns}
-for _name in SHIPPED:
-    register_cost_model(_name, _FACTORIES[_name])
+def _calibrated() -> CostModel:
+    from dippm_nas.cost.models.calibrated import CalibratedCostModel
 
-__all__ = [
-    "AnalyticalCostModel", "CostModel", "Estimate", "MemoryBreakdown", "NodeCost", "NotCovered", "Prediction",
-    "cost_model_names", "get_cost_model", "register_cost_model",
-]
+    return CalibratedCostModel()
+
+
+for _name, _factory in (("auto", _auto), ("operators", _operators), ("residual", _residual),
+                        ("analytical", _analytical), ("pmgns", _pmgns), ("calibrated", _calibrated)):
+    register_cost_model(_name, _factory)
+
+__all__ = ["CostModel", "Estimate", "MemoryBreakdown", "NodeCost", "NotCovered", "cost_model_names",
+           "get_cost_model", "register_cost_model"]

@@ -4,7 +4,7 @@
 (``docs/accuracy/predictions.csv``) and the splits' summary (``docs/accuracy/results.json``);
 ``dippm-nas evaluate --leave-one-gpu-out`` writes every held-out GPU's
 (``docs/accuracy/transfer_predictions.csv``). :mod:`dippm_nas.training.held_out_errors` condenses them into a
-small table, ``dippm_nas/cost/weights/error_table.json``, that ships with the package: the latency MAPE of
+small table, ``dippm_nas/cost/error_table.json``, that ships with the package: the latency MAPE of
 each cost model on held-out records, grouped by
 
 - the **cost model** and what its training saw: PMGNS on model families it saw (the random split's
@@ -21,7 +21,9 @@ The library reads only this shipped table, never ``docs/``. Rebuild it after an 
 
     python -m dippm_nas.training.held_out_errors docs/accuracy/predictions.csv
 
->>> figure = lookup("pmgns", "h100-sxm", "fp16", 1, family_in_training=True)
+>>> from dippm_nas.hardware import get_device
+>>> from dippm_nas.precisions import PRECISIONS
+>>> figure = lookup("pmgns", get_device("h100-sxm"), PRECISIONS["fp16"], 1, family_in_training=True)
 >>> figure.devices, figure.batch_max, figure.records >= MIN_RECORDS, figure.mape > 0.2
 (('h100-sxm',), 1, True, True)
 """
@@ -33,11 +35,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from dippm_nas.hardware.registry import Device, get_device
-from dippm_nas.precisions import PrecisionLike, precision_named
+from dippm_nas.hardware.registry import Device
+from dippm_nas.precisions import Precision
 
 #: The shipped table, read at prediction time.
-TABLE = Path(__file__).resolve().parent / "weights" / "error_table.json"
+TABLE = Path(__file__).resolve().parent / "error_table.json"
 
 #: Batch ranges (inclusive; None is open-ended). The harness measured batch 1, 32 and 256 on the H100;
 #: timm's benchmarks are mostly at 256-1024, with a few smaller batches.
@@ -92,8 +94,26 @@ def load_table(path: Path = TABLE) -> dict | None:
     if not path.exists():
         return None
     table = json.loads(path.read_text())
-    table["index"] = {(c["group"], c["device"], c["precision"], c["batch"]): c for c in table["cells"]}
+    table["index"] = _index(table)
+    table["measured"] = _measured(table["index"])
     return table
+
+
+def _index(table: dict) -> dict[tuple[str, str, str, str], dict]:
+    """The table's cells by (group, device, precision, batch range)."""
+    return {(c["group"], c["device"], c["precision"], c["batch"]): c for c in table["cells"]}
+
+
+def _measured(index: dict[tuple[str, str, str, str], dict]) -> dict[str, tuple[set[str], set[str]]]:
+    """Per group, the GPUs and the precisions its records measured (the pooled ``*`` cells left out)."""
+    measured: dict[str, tuple[set[str], set[str]]] = {}
+    for group, device, precision, _ in index:
+        devices, precisions = measured.setdefault(group, (set(), set()))
+        if device != "*":
+            devices.add(device)
+        if precision != "*":
+            precisions.add(precision)
+    return measured
 
 
 @dataclass(frozen=True)
@@ -164,12 +184,12 @@ def _group_for(cost_model: str, family_in_training: bool | None, gpu_in_training
 _GROUP_SPLIT = {"pmgns/random": "random", "pmgns/family": "family", "analytical/all": "random"}
 
 
-def lookup(cost_model: str, device: str | Device, precision: PrecisionLike, batch: int, *,
+def lookup(cost_model: str, device: Device, precision: Precision, batch: int, *,
            family_in_training: bool | None = None, gpu_in_training: bool = True,
            table: dict | None = None) -> ErrorFigure | None:
     """The error figure for a prediction by ``cost_model`` (``operators``, ``pmgns`` or ``analytical``; a label such as
-    ``"pmgns (latency learned; ...)"`` works too) on ``device`` (a key or a :class:`Device`, one of the user's
-    own too; a MIG slice counts as its whole GPU) at
+    ``"pmgns (latency learned; ...)"`` works too) on ``device`` (one of the user's own too; a MIG slice counts as its
+    whole GPU) at
     ``precision`` and ``batch``; ``family_in_training`` and ``gpu_in_training`` say what PMGNS saw.
 
     None when no table is shipped. The most comparable cell with :data:`MIN_RECORDS` records wins:
@@ -179,14 +199,12 @@ def lookup(cost_model: str, device: str | Device, precision: PrecisionLike, batc
     table = table if table is not None else load_table()
     if table is None:
         return None
-    precision = precision_named(precision).name
+    precision = precision.name
     model = cost_model.split(" ")[0]
     group = _group_for(model, family_in_training, gpu_in_training)
-    device = get_device(device)
     gpu = device.whole_gpu().key
-    index = table.get("index") or {(c["group"], c["device"], c["precision"], c["batch"]): c for c in table["cells"]}
-    devices = {d for (g, d, _, _) in index if g == group and d != "*"}
-    precisions = {p for (g, _, p, _) in index if g == group and p != "*"}
+    index = table.get("index") or _index(table)
+    devices, precisions = (table.get("measured") or _measured(index)).get(group, (set(), set()))
     want = batch_bin(batch)
     d = gpu if gpu in devices else "*"
     p = precision if precision in precisions else "*"

@@ -2,7 +2,9 @@
 
 A registry, as in timm: each frontend module registers a matcher and a loader with a priority
 (:mod:`dippm_nas.frontends._frontend_registry`), and :func:`load_model` tries them in that order. What comes
-out is always a :class:`LoadedModel`, whatever the source framework.
+out is always a :class:`LoadedModel`, whatever the source framework. Another installed package adds frontends
+of its own through an entry point of the group ``dippm_nas.frontends`` that names a module registering them (the
+search spaces' ``space:architecture`` candidates come so), loaded here.
 
 >>> frontend_names()[0], frontend_names()[-1]
 ('torch', 'timm')
@@ -20,7 +22,6 @@ from dippm_nas.frontends import (  # noqa: F401
     _module,
     _onnx,
     _paddle,
-    _space,
     _tensorflow,
     _timm,
     _transformers,
@@ -36,6 +37,20 @@ from dippm_nas.frontends._frontend_registry import (
 )
 from dippm_nas.frontends._timm import build_timm, default_input, timm_family
 from dippm_nas.inputs import InputLike, check_batch, normalize_inputs
+
+#: The entry-point group through which another package registers frontends.
+PLUGIN_GROUP = "dippm_nas.frontends"
+
+
+def _load_plugins() -> None:
+    """Import every module the installed packages name in :data:`PLUGIN_GROUP`: each registers its frontends."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=PLUGIN_GROUP):
+        point.load()
+
+
+_load_plugins()
 
 __all__ = ["Frontend", "LoadedModel", "build_timm", "default_input", "frontend_names", "frontends", "import_extra",
            "load_model", "register_frontend", "require_extra", "timm_family"]

@@ -1,5 +1,5 @@
 """A graph at batch B from its graph at batch 1, without exporting again (the inverse, a graph's
-per-sample values, is in :class:`dippm_nas.cost.table.NodeTable`).
+per-sample values, is in :class:`dippm_nas.cost.pipeline.table.NodeTable`).
 
 Every activation tensor of rank 2 or more carries the batch in its leading dimension (or folded
 into it, as ``B * heads``), so scaling that dimension by B scales each tensor's size by B; FLOPs of

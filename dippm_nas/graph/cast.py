@@ -9,8 +9,7 @@ whatever precision it is predicted at. An operator the model's own code runs in 
 :func:`graph_at_precision` decides the precision a graph is predicted at: a model whose floating weights
 are all half runs half in PyTorch whatever its TF32 or autocast flags say, so it is predicted at its
 half-weights precision (the prediction's notes say so); a half-weights precision asked of a model of
-float32 weights casts its graph. The cost models ask it too, so that a graph handed to one directly at a
-half-weights precision is priced cast.
+float32 weights casts its graph. A request resolves it once, with the graph (:meth:`dippm_nas.Request.resolved`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from dataclasses import replace
 
 from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import Tensor
-from dippm_nas.precisions import DEFAULT_PRECISION, Precision, PrecisionLike, precision_named, precision_of_weights
+from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS, Precision, precision_of_weights
 
 
 def _cast(tensors: tuple[Tensor, ...], source: str, target: str) -> tuple[Tensor, ...]:
@@ -53,7 +52,7 @@ def _cast_node(node: Node, source: str, target: str) -> Node:
     return replace(node, inputs=inputs, outputs=outputs, weights=weights)
 
 
-def graph_at_precision(graph: ModelGraph, asked: PrecisionLike | None) -> tuple[ModelGraph, Precision, tuple[str, ...]]:
+def graph_at_precision(graph: ModelGraph, asked: Precision | None) -> tuple[ModelGraph, Precision, tuple[str, ...]]:
     """The graph a prediction at ``asked`` prices (cast where the precision casts the model's weights), the
     precision it runs at, and the notes that say what was decided; ``asked`` None is the model's own
     precision: its half-weights precision where its floating weights are all half, else PyTorch's defaults.
@@ -67,10 +66,10 @@ def graph_at_precision(graph: ModelGraph, asked: PrecisionLike | None) -> tuple[
     own = precision_of_weights(next(iter(dtypes))) if len(dtypes) == 1 else None
     if asked is None:
         if own is None:
-            return graph, precision_named(DEFAULT_PRECISION), ()
+            return graph, PRECISIONS[DEFAULT_PRECISION], ()
         return graph, own, (f"the model's weights are {own.weights_dtype}: predicted at {own.name}, as PyTorch runs "
                             "it (no autocast, no cast)",)
-    precision = precision_named(asked)
+    precision = asked
     if precision.weights_dtype is None:
         if own is None:
             return graph, precision, ()

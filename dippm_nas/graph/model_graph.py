@@ -58,11 +58,6 @@ class Node:
         return sum(t.nbytes for t in self.weights)
 
     @property
-    def bytes_read(self) -> int:
-        """Bytes it reads: activations and weights."""
-        return self.activation_bytes_read + self.weight_bytes
-
-    @property
     def bytes_written(self) -> int:
         """Bytes of its outputs (counted for views too; :attr:`is_view` tells them apart)."""
         return sum(t.nbytes for t in self.outputs)
@@ -117,9 +112,10 @@ class ModelGraph:
     entry_nodes: tuple[int, ...] = ()
     warnings: tuple[str, ...] = field(default=())
 
-    @property
+    @cached_property
     def flops(self) -> int:
-        """FLOPs of one run at :attr:`batch`, summed over the nodes (conventions: :mod:`dippm_nas.graph.operators`)."""
+        """FLOPs of one run at :attr:`batch`, summed over the nodes (conventions: :mod:`dippm_nas.graph.operators`);
+        summed once per graph, as every prediction reports them."""
         return sum(n.flops for n in self.nodes)
 
     @property

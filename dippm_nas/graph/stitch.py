@@ -37,12 +37,16 @@ def stitch(blocks: Sequence[ModelGraph], name: str) -> ModelGraph:
         param_count += block.param_count
         param_bytes += block.param_bytes
     first = blocks[0]
-    return ModelGraph(
+    graph = ModelGraph(
         name=name, batch=first.batch, inputs=first.inputs, nodes=tuple(nodes),
         edges=tuple(sorted(set(edges))), outputs=previous_outputs, param_count=param_count,
         param_bytes=param_bytes, source="stitched", family=first.family,
         warnings=tuple(w for b in blocks for w in b.warnings), entry_nodes=first.entry_nodes,
     )
+    # what a prediction sums over every operator, from the blocks' sums (each block is summed once, as it is cached)
+    object.__setattr__(graph, "flops", sum(b.flops for b in blocks))
+    object.__setattr__(graph, "float_weight_dtypes", frozenset().union(*(b.float_weight_dtypes for b in blocks)))
+    return graph
 
 
 def _held_until(node: Node, step: int) -> Node:

@@ -12,6 +12,8 @@ from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, MigProfile, get_
 #: Default headroom on top of the predicted memory. NVIDIA's usable memory differs by 1-2 % between
 #: drivers (reference/README.md) and the allocator's fragmentation adds a few percent more.
 DEFAULT_MIG_MARGIN = 0.05
+#: The largest margin taken: 1.0 asks a slice for twice the predicted memory.
+MAX_MIG_MARGIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,8 @@ class MigChoice:
 
 
 def check_mig_margin(margin: float) -> float:
-    """``margin`` itself where it is a finite fraction >= 0, else a :class:`~dippm_nas.errors.DippmError`
-    (a ValueError) that says what a margin is.
+    """``margin`` itself where it is a finite fraction from 0 to :data:`MAX_MIG_MARGIN`, else one
+    :class:`~dippm_nas.errors.DippmError` (a ValueError) that says what a margin is.
 
     >>> check_mig_margin(0.05)
     0.05
@@ -34,18 +36,21 @@ def check_mig_margin(margin: float) -> float:
     if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
         raise DippmError(f"the MIG safety margin must be a fraction >= 0 of the predicted memory (0.05 adds 5 %), "
                          f"got {margin!r}.")
+    if margin > MAX_MIG_MARGIN:
+        raise DippmError(f"a MIG margin of {margin:g} asks a MIG slice for {1 + margin:g} times the predicted memory; "
+                         f"the margin is a fraction from 0 to {MAX_MIG_MARGIN:g} (0.05, the default, adds 5 %).")
     return margin
 
 
 def required_memory(memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> float:
     """MiB a slice must offer for a model predicted to use ``memory_mib``: that plus the ``margin``
-    fraction. Raises :class:`~dippm_nas.errors.DippmError` (a ValueError) for a negative margin."""
-    return memory_mib * (1.0 + check_mig_margin(margin))
+    fraction (one :func:`check_mig_margin` passed)."""
+    return memory_mib * (1.0 + margin)
 
 
 def fits(profile: MigProfile, memory_mib: float, margin: float = DEFAULT_MIG_MARGIN) -> bool:
     """Whether ``profile``'s usable memory holds ``memory_mib`` (MiB) plus the safety ``margin``."""
-    return required_memory(memory_mib, margin) <= profile.usable_mib
+    return required_memory(memory_mib, check_mig_margin(margin)) <= profile.usable_mib
 
 
 def select_mig_profile(memory_mib: float, device: str | Device = DEFAULT_DEVICE,
@@ -63,7 +68,11 @@ def select_mig_profile(memory_mib: float, device: str | Device = DEFAULT_DEVICE,
     >>> select_mig_profile(50_000, "a100-40gb").profile is None
     True
     """
-    gpu = get_device(device)
+    return mig_choice(memory_mib, get_device(device), check_mig_margin(margin))
+
+
+def mig_choice(memory_mib: float, gpu: Device, margin: float) -> MigChoice:
+    """:func:`select_mig_profile` for a device and a margin already checked (a request's)."""
     need = required_memory(memory_mib, margin)
     if not gpu.has_mig:
         return MigChoice(None, f"{gpu.key} ({gpu.name}) does not support MIG", need)

@@ -25,7 +25,7 @@ from dippm_nas.hardware.user_sheets import (
     user_directory,
     user_files,
 )
-from dippm_nas.precisions import PRECISIONS, PrecisionLike, precision_named
+from dippm_nas.precisions import PRECISIONS, Precision, PrecisionLike, precision_named
 
 GIB_IN_MIB = 1024.0
 
@@ -87,6 +87,8 @@ class Device:
     slice_of: str | None = None
     #: The user's file the row came from; '' for the shipped sheet's.
     source: str = ""
+    #: For a MIG slice, the whole GPU it is cut from (:meth:`whole_gpu`); None for a whole GPU.
+    whole: Device | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_mig(self) -> bool:
@@ -109,7 +111,7 @@ class Device:
 
     def tensor_tflops(self, precision: PrecisionLike) -> float:
         """Peak of the units that run matmuls and convolutions at ``precision`` (its ``peak_column``)."""
-        numbers = precision_named(precision)
+        numbers = precision if isinstance(precision, Precision) else precision_named(precision)
         peak = getattr(self, f"{numbers.peak_column}_tflops")
         if peak is None:
             raise DippmError(
@@ -159,6 +161,7 @@ class Device:
             tdp_w=self.tdp_w * compute,
             mig_profiles=(),
             slice_of=profile.name,
+            whole=self,
         )
 
     def whole_gpu(self) -> Device:
@@ -167,7 +170,7 @@ class Device:
         >>> get_device("a100-40gb:1g.5gb").whole_gpu().key
         'a100-40gb'
         """
-        return get_device(self.key.partition(":")[0]) if self.slice_of else self
+        return self.whole or self
 
     def to_dict(self) -> dict[str, object]:
         """The spec sheet as JSON-ready values, each MIG profile with its ``usable_mib``."""
@@ -210,11 +213,6 @@ def check_layout(layout: str) -> str:
             f"unknown memory layout {layout!r}; choose one of: {', '.join(LAYOUTS)}." + suggest(key, LAYOUTS)
         )
     return key
-
-
-def check_precision(precision: str) -> str:
-    """``precision`` itself if it is a key of ``PRECISIONS``, else a DippmError that lists them."""
-    return precision_named(precision).name
 
 
 def _optional(value: str) -> float | None:

@@ -11,18 +11,18 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
-from dippm_nas.cost.base import Prediction
 from dippm_nas.errors import DippmError
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory
 from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, get_device
+from dippm_nas.prediction import Prediction
 
 #: The user attributes a scored trial carries (Optuna's dashboard shows them), in the units of
-#: :data:`dippm_nas.cost.base.UNITS` (latency and energy per batch, memory in MiB; ``memory_mb`` is the
-#: deprecated alias of ``memory_mib``, kept for one version); ``fits`` says whether the candidate fits the
-#: device's memory; ``notes`` say which cost model answered, how far the candidate is from what it
-#: learned from, and its latency error on comparable held-out records.
-PREDICTION_ATTRS = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "memory_mb", "fits",
+#: :data:`dippm_nas.prediction.UNITS` (latency and energy per batch, memory in MiB); ``fits`` says whether the
+#: candidate fits the device's memory; ``notes`` say which cost model answered, how far the candidate is from what
+#: it learned from, and its latency error on comparable held-out records.
+PREDICTION_ATTRS = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "fits",
                     "mig_profile", "device", "precision", "batch", "cost_model", "notes")
 
 
@@ -35,8 +35,8 @@ def record_prediction(trial, prediction: Prediction) -> None:
 
 #: The constraint every scored candidate gets: its memory plus the margin, less the device's memory.
 FITS_MEMORY = "fits_memory"
-#: Each bound a constraint takes, and its unit (the units of :data:`dippm_nas.cost.base.UNITS`).
-BOUNDS = {"latency_ms": "ms per batch", "energy_j": "J per batch", "memory_mib": "MiB", "memory_mb": "MiB"}
+#: Each bound a constraint takes, and its unit (the units of :data:`dippm_nas.prediction.UNITS`).
+BOUNDS = {"latency_ms": "ms per batch", "energy_j": "J per batch", "memory_mib": "MiB"}
 
 
 def check_bound(name: str, bound: object) -> None:
@@ -54,7 +54,7 @@ class HardwareConstraints:
     """Upper bounds on predicted cost; ``mig_profiles`` are the slices a candidate may run in.
 
     A bound left at None is not checked. Latency is in ms and energy in J, both per batch, memory in
-    MiB (``memory_mb`` is the deprecated name of ``memory_mib``); a candidate fits a slice when its
+    MiB; a candidate fits a slice when its
     memory plus ``mig_margin`` does. With ``mig_profiles`` the bounds hold *in the slice*: a candidate
     is feasible when, in one of the slices, its memory fits and its latency and energy there (a slice
     has a share of the GPU's multiprocessors and bandwidth, so it runs the candidate slower) meet the
@@ -69,11 +69,10 @@ class HardwareConstraints:
 
     latency_ms: float | None = None
     energy_j: float | None = None
-    memory_mb: float | None = None
+    memory_mib: float | None = None
     mig_profiles: tuple[str, ...] = ()
     device: str = DEFAULT_DEVICE
     mig_margin: float = DEFAULT_MIG_MARGIN
-    memory_mib: float | None = None
 
     def __post_init__(self) -> None:
         for name in BOUNDS:
@@ -85,9 +84,9 @@ class HardwareConstraints:
         for name in self.mig_profiles:
             gpu.mig_profile(name)  # raises with the known profiles of the device
 
-    @property
+    @cached_property
     def gpu(self) -> Device:
-        """The device the MIG profiles belong to (a slice key stands for its GPU)."""
+        """The device the MIG profiles belong to (a slice key stands for its GPU), read once."""
         return get_device(self.device).whole_gpu()
 
     @property
@@ -115,7 +114,7 @@ class HardwareConstraints:
         bounded (memory does not depend on the slice)."""
         if not self.mig_profiles:
             return None
-        if get_device(prediction.device).whole_gpu().key != self.gpu.key:
+        if prediction.device.partition(":")[0] != self.gpu.key:
             raise DippmError(f"the MIG constraint is for {self.gpu.key} but the prediction is for "
                              f"{prediction.device}; score on the same device.")
         best, best_miss = None, math.inf
@@ -148,8 +147,7 @@ class HardwareConstraints:
         return out
 
     def _bound_values(self, prediction: Prediction) -> dict[str, float]:
-        return {name: (prediction.memory_mib if name.startswith("memory") else getattr(prediction, name)) - bound
-                for name, bound in self.bounds.items()}
+        return {name: getattr(prediction, name) - bound for name, bound in self.bounds.items()}
 
     def values(self, prediction: Prediction,
                on_slices: Mapping[str, Prediction] | None = None) -> dict[str, float]:
@@ -161,7 +159,7 @@ class HardwareConstraints:
         prediction that knows its device's memory (every one :func:`dippm_nas.predict_graph` makes) also
         gets :data:`FITS_MEMORY`.
 
-        >>> from dippm_nas.cost import Prediction
+        >>> from dippm_nas.prediction import Prediction
         >>> prediction = Prediction(model="m", latency_ms=2.5, energy_j=0.1, memory_mib=900.0, mig_profile="1g.5gb",
         ...                         device="a100-40gb", precision="fp32", batch=8, cost_model="analytical")
         >>> HardwareConstraints(latency_ms=2.0, energy_j=0.5).values(prediction)

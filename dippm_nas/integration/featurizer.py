@@ -14,12 +14,14 @@ stitch each candidate.
 
 from __future__ import annotations
 
+import gc
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dippm_nas.cache.store import CacheFault, GraphCache
-from dippm_nas.cost.table import NodeTable, keep_table, node_table
+from dippm_nas.cost.pipeline.table import NodeTable, keep_table, node_table
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_version
 from dippm_nas.graph.stitch import stitch
@@ -91,9 +93,10 @@ class CachedFeaturizer:
         graph = self.cache.get(key)
         if graph is None:
             blocks = [self.block_graph(b) for b in candidate.blocks]
-            graph = stitch(blocks, candidate.name)
-            # the operators' table stitched from the blocks' (each read once), not read from the graph again
-            keep_table(graph, NodeTable.stitched([node_table(b) for b in blocks], graph))
+            with collector_paused():
+                graph = stitch(blocks, candidate.name)
+                # the operators' table stitched from the blocks' (each read once), not read from the graph again
+                keep_table(graph, NodeTable.stitched([node_table(b) for b in blocks], graph))
             self.cache.put(key, graph)
         return graph
 
@@ -124,14 +127,26 @@ class CachedFeaturizer:
                   and not self.cache.holds(self._candidate_key(item)) for b in item.blocks]
         failed = self.warm(blocks, progress)
         out: list[ModelGraph | Exception] = []
-        for item in items:
-            failure = next((failed[b.signature] for b in getattr(item, "blocks", None) or ()
-                            if b.signature in failed), None)
-            if failure is not None:
-                out.append(failure)
-                continue
-            out.append(graph_or_failure(self.graph, item))
+        with collector_paused():
+            for item in items:
+                failure = next((failed[b.signature] for b in getattr(item, "blocks", None) or ()
+                                if b.signature in failed), None)
+                out.append(failure if failure is not None else graph_or_failure(self.graph, item))
         return out
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the duration, as it was after: stitching and predicting a
+    population makes hundreds of thousands of small objects, none in a cycle, and each collection those
+    allocations trigger walks every object of the process (PyTorch's and TVM's too), which took most of the time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 #: Faults of the machine a candidate's graph can meet: the cache's location, the disk, memory, a worker.

@@ -29,9 +29,8 @@ def _scored_gpu(trial: FrozenTrial) -> str | None:
 
 
 def trial_memory_mib(trial: FrozenTrial) -> float | None:
-    """The predicted memory (MiB) a scored trial carries: ``memory_mib``, or ``memory_mb`` in a study scored
-    before it was renamed; None for a trial dippm-nas did not score."""
-    value = trial.user_attrs.get("memory_mib", trial.user_attrs.get("memory_mb"))
+    """The predicted memory (MiB) a scored trial carries; None for a trial dippm-nas did not score."""
+    value = trial.user_attrs.get("memory_mib")
     return None if value is None else float(value)
 
 

@@ -27,9 +27,8 @@ class SearchStopped(DippmError):
     """Several trials in a row failed on a fault of dippm-nas's own machinery, not of their candidates."""
 
 
-#: The costs an objective can minimise: latency and energy per batch, energy per sample, memory in MiB
-#: (``memory_mb`` is the deprecated name of ``memory_mib``).
-COST_OBJECTIVES = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "memory_mb")
+#: The costs an objective can minimise: latency and energy per batch, energy per sample, memory in MiB.
+COST_OBJECTIVES = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib")
 
 
 class HardwareObjective:
@@ -161,15 +160,15 @@ class HardwareObjective:
             trial.set_user_attr("prune_reason", f"infeasible before training: {broken}")
             raise optuna.TrialPruned(f"infeasible: {broken}")
         accuracy = float(self.accuracy_fn(candidate))
-        return (accuracy, *(float(getattr(prediction, "memory_mib" if o == "memory_mb" else o))
-                            for o in self.objectives))
+        return (accuracy, *(float(getattr(prediction, o)) for o in self.objectives))
 
     def _slice_predictions(self, graph, prediction, constraints: HardwareConstraints) -> dict[str, Any]:
         """The candidate's prediction in each slice its latency or energy bound is judged in (none is needed
         where only memory is bounded, or for the slice the cost model scores on)."""
         if not constraints.judges_slice_speed:
             return {}
-        return {profile: self.cost.predict(graph, device=key)
+        gpu = constraints.gpu
+        return {profile: self.cost.predict(graph, device=gpu.as_slice(gpu.mig_profile(profile)))
                 for profile, key in constraints.slice_devices().items() if key != prediction.device}
 
     def _fault(self, trial: optuna.Trial, exc: Exception) -> tuple[float, ...]:

@@ -107,8 +107,7 @@ def pareto_2d(trials: list[FrozenTrial], cost: str, maximize: bool) -> list[Froz
 
 
 def cost_of(t: FrozenTrial, cost: str) -> float:
-    """A scored trial's predicted ``cost`` (a key of :data:`COSTS`); memory also from a study scored when it
-    was called ``memory_mb``."""
+    """A scored trial's predicted ``cost`` (a key of :data:`COSTS`)."""
     return trial_memory_mib(t) if cost == "memory_mib" else t.user_attrs[cost]
 
 

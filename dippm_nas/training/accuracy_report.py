@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.cost.learned.pmgns_network import TARGETS
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.evaluate import (
     BARS,

@@ -1,10 +1,10 @@
-"""Fit a calibration (:mod:`dippm_nas.cost.calibration`) to a few of a user's own measurements.
+"""Fit a calibration (:mod:`dippm_nas.calibration`) to a few of a user's own measurements.
 
 The rows come from a CSV: the harness's own output (``dippm-nas measure``: ``model``, ``source``,
 ``input_shape``, ``batch``, ``precision``, ``status``, ``latency_ms_median``) or a minimal file with
 ``model,batch,latency_ms`` and optionally ``input_size``, ``precision``, ``energy_j`` and ``memory_mib``.
 Each row's model is built as ``predict`` builds it; the operator model splits its predicted latency into the
-GEMM-class kernels, the others and the host's issue times (:class:`~dippm_nas.cost.operator_cost.LatencyParts`), and
+GEMM-class kernels, the others and the host's issue times (:class:`~dippm_nas.cost.models.calibrated.LatencyParts`), and
 the scales that bring the predictions nearest the measurements in log space are searched on a grid that
 narrows around the best point. A pull towards 1 keeps a scale the rows cannot tell (the host's, where no row
 waits on it) where the spec sheet put it. Ten rows rarely separate three scales: the rows themselves
@@ -32,14 +32,18 @@ from typing import TypeVar
 
 import numpy as np
 
-from dippm_nas.cost.analytical import CUDA_CONTEXT_MIB, KERNEL_MODULES_MIB, energy_j, spec_powers
-from dippm_nas.cost.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow, memory_terms
-from dippm_nas.cost.operator_cost import LatencyParts, OperatorCostModel
-from dippm_nas.cost.table import node_table
+from dippm_nas.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow
+from dippm_nas.cost.models.calibrated import LatencyParts, memory_terms
+from dippm_nas.cost.models.operators import OperatorCostModel
+from dippm_nas.cost.pipeline.memory import CUDA_CONTEXT_MIB, KERNEL_MODULES_MIB
+from dippm_nas.cost.pipeline.memory import memory as memory_held
+from dippm_nas.cost.pipeline.power import energy_j, spec_powers
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.graph.cast import graph_at_precision
 from dippm_nas.modes import EXECUTION_MODES
-from dippm_nas.precisions import DEFAULT_PRECISION
+from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS
+from dippm_nas.request import Request
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, harness_memory
 from search_spaces import SEARCH_SPACES
@@ -259,7 +263,7 @@ POWER_FITS = ("spec sheet", "one factor", "idle and busy apart")
 
 def fit_power(latency_s: np.ndarray, busy_s: np.ndarray, energy: np.ndarray, spec: tuple[float, float],
               fit: str) -> tuple[float, float] | None:
-    """The idle and busy watts of ``fit`` whose energies (:func:`~dippm_nas.cost.analytical.energy_j`) have
+    """The idle and busy watts of ``fit`` whose energies (:func:`~dippm_nas.cost.pipeline.power.energy_j`) have
     the least squared relative error against ``energy``; None where the fit gives no power above 0 (or an idle
     power above the busy one)."""
     if fit == POWER_FITS[0]:
@@ -292,7 +296,7 @@ MEMORY_FITS = ("the analytical model's", "the memory outside the allocator",
 
 def fit_memory(terms: np.ndarray, measured: np.ndarray, fit: str) -> tuple[float, float] | None:
     """The factors on the memory outside the allocator and on the allocator's reserve (``terms``' first and
-    last columns, :func:`~dippm_nas.cost.calibration.memory_terms`) of ``fit`` whose memories have the least
+    last columns, :func:`~dippm_nas.calibration.memory_terms`) of ``fit`` whose memories have the least
     squared relative error against ``measured``; None where a factor falls beyond :data:`LARGEST_SCALE`."""
     runtime, weights, reserve = terms.T
     if fit == MEMORY_FITS[0]:
@@ -355,12 +359,14 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     precision are left out; those measured on another GPU and a row whose model cannot be built are said and
     left out), of the shipped operator model or ``model``."""
     from dippm_nas import __version__
-    from dippm_nas.cost.host import DEFAULT_HOST
     from dippm_nas.hardware.registry import device_named, get_device
+    from dippm_nas.hosts import DEFAULT_HOST, get_host_profile
 
     gpu = get_device(device)
     model = model or OperatorCostModel()
-    reason = model.covers()
+    # as the default host issues them: the host's scale is fitted over it
+    request = Request(gpu, PRECISIONS[precision], mode=mode, host=get_host_profile(DEFAULT_HOST))
+    reason = model.covers(request)
     if reason:
         raise DippmError(f"a calibration adjusts the operator model, and {reason}")
     graph_of = graph_of or _graph_of
@@ -381,9 +387,10 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
             say(f"line {row.line}: {row.label} left out: {one_line(exc)}")
             continue
         used.append(row)
-        graph = graph_at_precision(graph, precision)[0]  # at the precision's dtypes, for the time and the memory
-        parts.append(model.latency_parts(graph, gpu, precision, mode=mode, host=DEFAULT_HOST))
-        terms.append(memory_terms(model.analytical.memory(node_table(graph), precision), row.memory_counts_modules))
+        graph = graph_at_precision(graph, request.precision)[0]  # at the precision's dtypes, for time and memory
+        table = node_table(graph)
+        parts.append(LatencyParts.of(model.timed(table, request)))
+        terms.append(memory_terms(memory_held(table, request.precision), row.memory_counts_modules))
     for other, count in elsewhere.items():
         say(f"{count} row{'s' if count > 1 else ''} measured on {other} left out: this calibrates {gpu.key}")
     if len(used) < MIN_ROWS and elsewhere:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +16,19 @@ import torch
 from tqdm import tqdm
 
 from dippm_nas.cache.store import GraphCache
-from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.cost.base import Estimate
-from dippm_nas.cost.features import edge_index, node_feature_matrix
-from dippm_nas.cost.learned_inputs import Timing, record_inputs
-from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS
-from dippm_nas.cost.table import NodeTable, node_table
+from dippm_nas.cost.estimate import Estimate
+from dippm_nas.cost.learned.features import edge_index, node_feature_matrix
+from dippm_nas.cost.learned.network_inputs import network_inputs
+from dippm_nas.cost.learned.pmgns_network import LATENCY_CURVE_LOG_RATIOS, TARGETS
+from dippm_nas.cost.models.analytical import AnalyticalCostModel
+from dippm_nas.cost.models.pmgns import BaseModel
+from dippm_nas.cost.pipeline.summary import summarize
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.training.featurize import store_key
 from dippm_nas.training.paths import project
-from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record
+from dippm_nas.training.records import MEMORY_NVML_PROCESS, Record, measured_request
 
 
 def graph_tensors(graph: ModelGraph) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,7 +41,7 @@ class TrainingSet:
     """Everything training reads, one row per record (``graph_of`` names its graph, an index into ``x``
     and ``edges``); ``analytical`` and ``targets`` have a column per target in the order of ``TARGETS``.
     ``analytical`` is the estimate the network corrects: the analytical model's, or for the residual the
-    operator model's (:func:`build_training_set`'s ``timing_of``). ``missing`` names the graphs left out with
+    operator model's (:func:`build_training_set`'s ``base_of``). ``missing`` names the graphs left out with
     their reason."""
 
     records: list[Record]
@@ -52,7 +54,7 @@ class TrainingSet:
     analytical: np.ndarray
     targets: np.ndarray
     time_share: list[np.ndarray]  # per record: its operators' shares of the analytical latency
-    latency_curve: np.ndarray  # per record: RecordInputs.latency_curve
+    latency_curve: np.ndarray  # per record: NetworkInputs.latency_curve
     missing: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -87,21 +89,22 @@ def load_graphs(keys: set[str], store: Path | None = None) -> dict[str, ModelGra
     return graphs
 
 
-def configurations(records: Sequence[Record], graphs: dict[str, ModelGraph]) -> Iterator[tuple[NodeTable, list[int]]]:
-    """Each (graph, batch) of ``records`` once, in order of graph and batch: its node table at that batch
-    and the indices of the records measured on it. Records of other devices, precisions and runtimes
-    share a (graph, batch), so its table is built once. Every record's graph must be in ``graphs``."""
+def configurations(records: Sequence[Record], graphs: dict[str, ModelGraph]
+                   ) -> Iterator[tuple[ModelGraph, list[int]]]:
+    """Each (graph, batch) of ``records`` once, in order of graph and batch: the graph at that batch and the
+    indices of the records measured on it. Records of other devices, precisions and runtimes share a (graph,
+    batch), so its node table is built once. Every record's graph must be in ``graphs``."""
     by_config = sorted(range(len(records)), key=lambda i: (records[i].graph_key, records[i].batch))
     for (key, batch), group in itertools.groupby(by_config, key=lambda i: (records[i].graph_key, records[i].batch)):
-        yield node_table(scale_batch(graphs[key], batch)), list(group)
+        yield scale_batch(graphs[key], batch), list(group)
 
 
 def build_training_set(records: list[Record], store: Path | None = None,
-                       timing_of: Callable[[Record], Timing] | None = None) -> TrainingSet:
+                       base_of: Callable[[Record], BaseModel] | None = None) -> TrainingSet:
     """The tensors of every record whose graph the store (the project's, by default) has; a record whose
-    graph it lacks is left out and its graph listed in ``missing``. With ``timing_of`` each record's operators
-    are timed by the model it gives for that record (the residual's base), else by the roofline. Shows a
-    progress bar on stderr."""
+    graph it lacks is left out and its graph listed in ``missing``. With ``base_of`` each record's operators
+    are timed by the cost model it gives for that record (the residual's base), else by the analytical model.
+    Shows a progress bar on stderr."""
     graphs = load_graphs({r.graph_key for r in records}, store)
     missing = {r.graph_key: "not featurized (see failures.csv)" for r in records if r.graph_key not in graphs}
     kept = [r for r in records if r.graph_key in graphs]
@@ -114,12 +117,15 @@ def build_training_set(records: list[Record], store: Path | None = None,
     shares: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in kept]
     curves = np.zeros((len(kept), len(LATENCY_CURVE_LOG_RATIOS)))
     names: list[str] = []
-    desc = "analytical estimates" if timing_of is None else "operator-model estimates"
+    desc = "analytical estimates" if base_of is None else "operator-model estimates"
     with tqdm(total=len(kept), desc=desc, unit="record", file=sys.stderr) as bar:
-        for table, group in configurations(kept, graphs):
+        for graph, group in configurations(kept, graphs):
+            table = node_table(graph)
             for i in group:
-                timing = timing_of(kept[i]) if timing_of is not None else None
-                inputs = record_inputs(table, asdict(kept[i]), analytical, timing)
+                base = base_of(kept[i]) if base_of is not None else analytical
+                request = measured_request(kept[i])
+                timed = base.timed(table, request)
+                inputs = network_inputs(timed, summarize(graph, timed, request, base.name), request)
                 names = names or list(inputs.features)
                 statics[i] = [inputs.features[n] for n in names]
                 est = inputs.estimate

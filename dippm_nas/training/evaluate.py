@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dippm_nas.cost.pmgns import TARGETS
+from dippm_nas.cost.learned.pmgns_network import TARGETS
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import (
     cluster_bootstrap,

@@ -14,7 +14,7 @@ Three sources, each with its own protocol:
   (:mod:`dippm_nas.training.vidur`): the kernel's CUDA time under torch.profiler, so no host gap either.
 
 Every row becomes a :class:`OperatorSamples` row: the operator as
-:class:`~dippm_nas.cost.kernel_structure.KernelColumns` describes it, its GPU, its measured seconds and
+:class:`~dippm_nas.cost.learned.kernel_structure.KernelColumns` describes it, its GPU, its measured seconds and
 what it was.
 """
 
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cost.analytical import peak_tflops
-from dippm_nas.cost.kernel_structure import (
+from dippm_nas.cost.learned.kernel_structure import (
     GEMM_GROUPS,
     GROUPS,
     UNITS,
@@ -37,8 +36,9 @@ from dippm_nas.cost.kernel_structure import (
     tile_of_kernel_name,
     winograd_eligible,
 )
-from dippm_nas.cost.operator_model import MIN_KERNEL_S
-from dippm_nas.cost.table import FULL_BYTES
+from dippm_nas.cost.learned.operator_network import MIN_KERNEL_S
+from dippm_nas.cost.pipeline.roofline import on_tensor_cores, peak_tflops
+from dippm_nas.cost.pipeline.table import FULL_BYTES
 from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import Node, operator_node
 from dippm_nas.graph.operators._rules import rows_of_last_axis
@@ -132,13 +132,13 @@ _DEFAULTS = {"gemm": (0, 0, 0, 0), "rows": (0, 0), "winograd": False, "weight_op
 
 def _unit(peak: float, gpu: str, precision: str) -> int:
     """The unit a peak is the peak of: tensor cores where it is above the FP32 one."""
-    if peak <= get_device(gpu).fp32_tflops * 1e12 * 1.001:
+    if not on_tensor_cores(peak, get_device(gpu)):
         return UNITS.index("cuda_cores")
     return UNITS.index("tensor_half" if precision_named(precision).half_dtype else "tensor_tf32")
 
 
 def _peak(group: str, gpu: str, precision: str) -> float:
-    return peak_tflops(GROUP_LIBRARY.get(group), get_device(gpu), precision) * 1e12
+    return peak_tflops(GROUP_LIBRARY.get(group), get_device(gpu), precision_named(precision)) * 1e12
 
 
 def corpus_samples(folder: Path) -> OperatorSamples:
@@ -264,7 +264,7 @@ def _sweep_operator(row: dict[str, str], gpu: str) -> dict[str, object]:
     view = kernel_view(KINDS[row["kind"]].node(params))
     group = GROUPS[view["group"]]
     library = None if group == "conv_cuda_cores" else GROUP_LIBRARY.get(group)
-    peak = peak_tflops(library, get_device(gpu), precision) * 1e12
+    peak = peak_tflops(library, get_device(gpu), precision_named(precision)) * 1e12
     return {**view, "flops": float(row["flops"]), "moved": float(row["bytes"]), "peak": peak,
             "element_bytes": precision_named(precision).element_bytes, "unit": _unit(peak, gpu, precision)}
 
@@ -298,7 +298,7 @@ def load_operator_samples() -> OperatorSamples:
 
 def protocol_gaps(samples: OperatorSamples) -> dict[tuple[str, str], float]:
     """Per (GPU, operator) of the corpus, the host's gap its measurements hold: the smallest less the least
-    time any kernel takes (:data:`~dippm_nas.cost.operator_model.MIN_KERNEL_S`)."""
+    time any kernel takes (:data:`~dippm_nas.cost.learned.operator_network.MIN_KERNEL_S`)."""
     gaps: dict[tuple[str, str], float] = {}
     corpus = samples.protocol == "corpus"
     for key in set(zip(samples.gpu[corpus], samples.operator[corpus])):

@@ -3,9 +3,10 @@
 The operator corpus and the sweeps time single operators; a whole model's latency times all of them at
 once, at shapes networks really have, on GPUs no operator was measured on (timm's RTX 3090 and 4090, the
 H200) and at the tensor-core precisions the corpus lacks. A record is predicted as the operator cost
-model predicts it (:mod:`dippm_nas.cost.operator_cost`): each operator's kernel from its candidates, what
-the roofline charges beyond the kernel, never below the roofline, the whole through the host queue
-(:func:`~dippm_nas.cost.analytical.queued_latency`) — here in torch, so the loss of a record reaches the
+model predicts it, through the same stages (:mod:`dippm_nas.cost.pipeline`): each operator's kernel from its
+candidates, what the roofline charges beyond the kernel, never below the roofline
+(:func:`~dippm_nas.cost.pipeline.kernel_times.floored`), the whole through the host queue
+(:func:`~dippm_nas.cost.pipeline.host_queue.queued_latency`) — here in torch, so the loss of a record reaches the
 operator model's parameters.
 """
 
@@ -18,11 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, torch_major_minor
-from dippm_nas.cost.operator_cost import core_and_floor, kernel_columns
-from dippm_nas.cost.operator_model import CandidateTensors, OperatorNetwork
+from dippm_nas.cost.learned.operator_network import CandidateTensors, OperatorNetwork
+from dippm_nas.cost.pipeline.host_queue import issue_seconds, queued_latency
+from dippm_nas.cost.pipeline.kernel_times import beyond_and_floor, floored, kernel_columns
+from dippm_nas.cost.pipeline.roofline import roofline
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.training.dataset import configurations, load_graphs
-from dippm_nas.training.records import Record
+from dippm_nas.training.records import Record, measured_request
 
 
 def progress_to_stderr(line: str) -> None:
@@ -32,14 +35,14 @@ def progress_to_stderr(line: str) -> None:
 
 @dataclass(frozen=True, eq=False)
 class RecordSet:
-    """Records as the operator model's training reads them: per record its operators in graph order (what
-    the host issues them at, what the roofline charges beyond each kernel, the roofline's floor, whether it
-    runs a kernel) and every kernel's candidates on the record's GPU, and the measured latency."""
+    """Records as the operator model's training reads them: per record its operators in graph order (the host's
+    time to issue each, what the roofline charges beyond each kernel, the roofline's floor, whether it runs a
+    kernel) and every kernel's candidates on the record's GPU, and the measured latency."""
 
     records: list[Record]
     candidates: list[CandidateTensors]  # per record, its kernels' candidates (operators numbered 0..kernels-1)
     kernel_of: list[np.ndarray]  # per record, each operator's kernel index, -1 for a view
-    issued_s: list[np.ndarray]  # per record, when the host has issued each operator
+    host_s: list[np.ndarray]  # per record, the host's time to issue each operator
     beyond_s: list[np.ndarray]
     floor_s: list[np.ndarray]
     latency_s: np.ndarray
@@ -51,7 +54,7 @@ class RecordSet:
         """The records at ``index``."""
         pick = index.tolist()
         return RecordSet([self.records[i] for i in pick], *([column[i] for i in pick] for column in (
-            self.candidates, self.kernel_of, self.issued_s, self.beyond_s, self.floor_s)),
+            self.candidates, self.kernel_of, self.host_s, self.beyond_s, self.floor_s)),
             latency_s=self.latency_s[index])
 
 
@@ -85,24 +88,21 @@ def record_set(records: Sequence[Record], progress: Callable[[str], None] = prog
     """Every record whose graph the project's store holds, ready for :func:`record_latencies`."""
     graphs = load_graphs({r.graph_key for r in records})
     kept = [r for r in records if r.graph_key in graphs]
-    analytical = AnalyticalCostModel()
     rows: dict[int, tuple] = {}
-    from dippm_nas.hardware.registry import get_device
-
-    for done, (table, members) in enumerate(configurations(kept, graphs)):
+    for done, (graph, members) in enumerate(configurations(kept, graphs)):
         if done % 200 == 0:
             progress(f"records for the operator model: {done} configurations read")
+        table = node_table(graph)
         for i in members:
-            r = kept[i]
-            device = get_device(r.device)
-            roofline = analytical.roofline(table, device, r.precision, r.layout, torch_major_minor(r.torch))
-            columns = kernel_columns(table, roofline.peak, device, r.precision)
-            core, floor = core_and_floor(columns, roofline, device)
+            request = measured_request(kept[i])
+            bounds = roofline(table, request)
+            columns = kernel_columns(table, bounds.peak, request.gpu, request.precision)
+            beyond, floor = beyond_and_floor(columns, bounds, request.gpu)
             run = np.flatnonzero(~table.is_view)
             kernel_of = np.full(len(table), -1)
             kernel_of[run] = np.arange(len(run))
-            rows[i] = (CandidateTensors.of(columns.take(run), device), kernel_of, np.cumsum(roofline.host_s),
-                       np.maximum(roofline.time_s - core, 0.0), floor)
+            rows[i] = (CandidateTensors.of(columns.take(run), request.gpu), kernel_of, issue_seconds(table, request),
+                       beyond, floor)
     order = sorted(rows)
     return RecordSet([kept[i] for i in order], *([rows[i][j] for i in order] for j in range(5)),
                      latency_s=np.array([kept[i].latency_ms * 1e-3 for i in order]))
@@ -118,7 +118,6 @@ def record_latencies(network: OperatorNetwork, records: RecordSet, index: np.nda
         beyond = torch.from_numpy(records.beyond_s[i])
         floor = torch.from_numpy(records.floor_s[i])
         times = torch.zeros(len(kernel_of), dtype=torch.float64)
-        times[runs] = torch.maximum(beyond[runs] + kernels[kernel_of[runs]].double(), floor[runs])
-        remaining = torch.flip(torch.cumsum(torch.flip(times, [0]), 0), [0])
-        out.append((torch.from_numpy(records.issued_s[i]) + remaining).max())
+        times[runs] = floored(beyond[runs], kernels[kernel_of[runs]].double(), floor[runs])
+        out.append(queued_latency(torch.from_numpy(records.host_s[i]), [times]))
     return torch.stack(out)

@@ -125,8 +125,8 @@ def write_operator_report(figures: OperatorFigures, transformers: dict, docs: Pa
     lines = [
         "# The operator model on GPUs it never saw", "",
         "Written by `dippm-nas evaluate --operators`. Part 1 holds each GPU of the operator data out in turn: the "
-        "model (`dippm_nas/cost/operator_model.py`) is trained without its operators and records, and without "
-        "those of a GPU of the same chip (the A100's three boards; the H100 and the H200), then predicts every "
+        "model (`dippm_nas/cost/learned/operator_network.py`) is trained without its operators and records, and "
+        "without those of a GPU of the same chip (the A100's three boards; the H100 and the H200), then predicts every "
         "one of its operators. NeuSight's corpus times one call with CUDA events, so its measurements hold "
         "the host's gap before the kernel: a held-out GPU gets the other machines' median gap for each operator, "
         "and so does the roofline beside it (FLOPs at the peak or bytes at the bandwidth). A category's MAPE is "

@@ -1,4 +1,4 @@
-"""Training the operator model (:mod:`dippm_nas.cost.operator_model`) on operator-level ground truth, and
+"""Training the operator model (:mod:`dippm_nas.cost.learned.operator_network`) on operator-level ground truth, and
 holding each GPU out of it in turn.
 
 The loss is the absolute log ratio of predicted to measured seconds (about the relative error, and robust to
@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from dippm_nas.cost.kernel_structure import FEATURE_NAMES, GROUPS, UNITS
-from dippm_nas.cost.operator_model import MIN_KERNEL_S, CandidateTensors, OperatorModel, OperatorNetwork
+from dippm_nas.cost.learned.kernel_structure import FEATURE_NAMES, GROUPS, UNITS
+from dippm_nas.cost.learned.operator_network import MIN_KERNEL_S, CandidateTensors, OperatorModel, OperatorNetwork
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.training.operator_data import OperatorSamples, gap_of, protocol_gaps
 from dippm_nas.training.operator_records import RecordSet, progress_to_stderr, record_latencies

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from dippm_nas.hardware.registry import get_device
+from dippm_nas.precisions import PRECISIONS
+from dippm_nas.request import Request, torch_major_minor
 from dippm_nas.training.paths import project
 
 #: The commit of timm's repository whose ``results/`` the benchmark CSVs were copied from; records cite it.
@@ -77,6 +80,13 @@ class Record:
         """This record's graph in the graph store (:func:`graph_key`); records that differ only in batch,
         precision, layout, device or runtime share it."""
         return graph_key(self.source, self.model, self.image_size)
+
+
+def measured_request(record: Record) -> Request:
+    """The request a record answers: its GPU, precision, layout and PyTorch, eager on the host every record was
+    measured on (the default host profile)."""
+    return Request(get_device(record.device), PRECISIONS[record.precision], record.layout,
+                   runtime=torch_major_minor(record.torch))
 
 
 def graph_key(source: str, model: str, image_size: int) -> str:
@@ -189,7 +199,6 @@ def harness_rows(files: list[Path]) -> Iterator[tuple[dict[str, str], Record]]:
     """Each row of the harness's ``files`` that measured a GPU at a precision the cost models take
     (fp32-strict and tf32 rows stay in their files until they do), beside its record: a reader that
     needs a column the record leaves out (the clocks, the host's time) takes it from the row."""
-    from dippm_nas.hardware.registry import PRECISIONS
 
     root = project().root
     for path in files:

@@ -1,4 +1,4 @@
-"""Training the residual (:mod:`dippm_nas.cost.residual`) and choosing where ``auto`` applies it.
+"""Training the residual (:mod:`dippm_nas.cost.models.residual`) and choosing where ``auto`` applies it.
 
 What the residual should learn is what the operator model misses on a GPU it never saw. So every whole-model
 record is read through the operator model trained without that record's GPU (and another board of its chip,
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dippm_nas.cost.pmgns import RESIDUAL_LOG_RATIO
+from dippm_nas.cost.learned.pmgns_network import RESIDUAL_LOG_RATIO
 from dippm_nas.training.dataset import TrainingSet, build_training_set
 from dippm_nas.training.operator_data import OperatorSamples
 from dippm_nas.training.operator_records import RecordSet
@@ -66,10 +66,10 @@ def fold_operator_models(gpus: Sequence[str], operator_data: tuple[OperatorSampl
 def held_out_training_set(records: list[Record], paths: dict[str, Path], store: Path | None = None) -> TrainingSet:
     """Every record with its graph, read through the operator model ``paths`` gives for its GPU
     (:func:`fold_operator_models`): the residual's training set."""
-    from dippm_nas.cost.operator_cost import OperatorCostModel
+    from dippm_nas.cost.models.operators import OperatorCostModel
 
     models = {path: OperatorCostModel(path) for path in set(paths.values())}
-    return build_training_set(records, store, timing_of=lambda record: models[paths[record.device]].operator_seconds)
+    return build_training_set(records, store, base_of=lambda record: models[paths[record.device]])
 
 
 def residual_regimes(summary: dict) -> list[dict[str, object]]:
@@ -105,7 +105,8 @@ def ship_residual(estimates: TrainingSet, regimes: list[dict], seed: int = 0, pa
     early stopping on a random 15 % of them, then refitted on those too, 15 % kept for a test figure), saved
     with the regimes ``auto`` applies it in and the fingerprint of the operator model it corrects; returns the
     card's path."""
-    from dippm_nas.cost.residual import RESIDUAL_WEIGHTS, operator_model_fingerprint
+    from dippm_nas.cost.learned.card import RESIDUAL_WEIGHTS
+    from dippm_nas.cost.models.residual import operator_model_fingerprint
     from dippm_nas.training.metrics import summary
     from dippm_nas.training.ship import save
     from dippm_nas.training.splits import random_split
@@ -125,7 +126,8 @@ def set_regimes(regimes: list[dict], path: Path | None = None) -> Path:
     """Write ``regimes`` (:func:`residual_regimes` of a leave-one-GPU-out run) into the card of the residual shipped
     at ``path``, its weights as they are: a run that scored the residual over the same operator model and data set
     as the shipped one need not train it again. Returns the card's path."""
-    from dippm_nas.cost.residual import RESIDUAL_WEIGHTS, corrects_installed
+    from dippm_nas.cost.learned.card import RESIDUAL_WEIGHTS
+    from dippm_nas.cost.models.residual import corrects_installed
 
     card_path = (path or RESIDUAL_WEIGHTS).with_suffix(".json")
     card = json.loads(card_path.read_text())

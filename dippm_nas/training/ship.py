@@ -1,19 +1,19 @@
-"""Write a fitted PMGNS as the library loads it: safetensors weights (the members', and a GraphSAGE
-ensemble's fused layout for prediction) beside a JSON card that records the contract of their inputs
-(:mod:`dippm_nas.cost.card`; :func:`dippm_nas.cost.learned.load` reads them back)."""
+"""Write a fitted PMGNS as the library loads it: safetensors weights (the members') beside a JSON card that records
+the contract of their inputs (:mod:`dippm_nas.cost.learned.card`; :func:`dippm_nas.cost.models.pmgns.load` reads
+them back)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from dippm_nas.cost.analytical import AnalyticalCostModel, version_numbers
-from dippm_nas.cost.card import contract
-from dippm_nas.cost.features import one_hot_width
-from dippm_nas.cost.pmgns import TARGETS, FusedSage
+from dippm_nas.cost.learned.pmgns_network import TARGETS
+from dippm_nas.cost.models.pmgns import contract
+from dippm_nas.request import version_numbers
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.train import Fitted
 
@@ -26,8 +26,6 @@ def save(fitted: Fitted, ts: TrainingSet, trained_on: np.ndarray, path: Path, ex
     path.parent.mkdir(parents=True, exist_ok=True)
     members = torch.nn.ModuleList(fitted.models).state_dict()  # keys "<member>.<parameter>"
     tensors = {k: v.contiguous() for k, v in members.items()}
-    if fitted.config.conv == "sage":
-        tensors |= FusedSage.of(fitted.models, fitted.node_scaling, one_hot_width()).state()
     save_file(tensors, str(path.with_suffix(".safetensors")))
     records = [ts.records[i] for i in trained_on]
     target_devices = {t: sorted({ts.records[r].device for r in trained_on if not np.isnan(ts.targets[r, i])})
@@ -44,6 +42,23 @@ def save(fitted: Fitted, ts: TrainingSet, trained_on: np.ndarray, path: Path, ex
                            for d in sorted({r.device for r in records})},
         "batches": [[int(b), int(c)] for b, c in zip(batches, counts)],
         "best_val_mape": fitted.best_val_mape, "best_epoch": fitted.best_epoch, **extra,
-        "contract": contract(AnalyticalCostModel()),
+        "contract": contract(),
     }
     path.with_suffix(".json").write_text(json.dumps(card, indent=1))
+
+
+def write_reference_graphs(path: Path | None = None) -> Path:
+    """Build the graphs of :data:`~dippm_nas.cost.models.pmgns.REFERENCE_MODELS` (batch 1) and store them,
+    serialized, where the learned models' contract reads them (:func:`~dippm_nas.cost.models.pmgns.reference_inputs`):
+    what ``dippm-nas train --reference-graphs`` runs. Returns the file's path."""
+    from dippm_nas._predict import build_graph
+    from dippm_nas.cost.models import forget_loaded
+    from dippm_nas.cost.models.pmgns import REFERENCE_GRAPHS, REFERENCE_MODELS
+    from dippm_nas.graph.serialize import graph_to_bytes
+
+    path = path or REFERENCE_GRAPHS
+    graphs = [build_graph(name, batch=1) for name in REFERENCE_MODELS]
+    path.write_text(json.dumps({g.name: base64.b64encode(graph_to_bytes(g)).decode() for g in graphs}, indent=1)
+                    + "\n")
+    forget_loaded()
+    return path

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dippm_nas.cost.pmgns import MAX_LOG_RATIO, PMGNS, TARGETS, log_latency
-from dippm_nas.cost.scaling import Scaling
+from dippm_nas.cost.learned.pmgns_network import MAX_LOG_RATIO, PMGNS, TARGETS, log_latency
+from dippm_nas.cost.learned.scaling import Scaling
 from dippm_nas.training.dataset import TrainingSet
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.splits import Split
@@ -135,7 +135,7 @@ def _collate(ts: TrainingSet, xs: list[torch.Tensor], idx: np.ndarray):
 
 def log_predictions(out: torch.Tensor, ts: TrainingSet, idx: np.ndarray) -> torch.Tensor:
     """The network's output for records ``idx`` as log-predictions: the latency from its correction of
-    the GPU time (:func:`~dippm_nas.cost.pmgns.log_latency`), energy and memory as log-ratios to the
+    the GPU time (:func:`~dippm_nas.cost.learned.pmgns_network.log_latency`), energy and memory as log-ratios to the
     analytical model's."""
     curve = torch.as_tensor(ts.latency_curve[idx], dtype=out.dtype)
     rest = torch.as_tensor(np.log(ts.analytical[idx, 1:]), dtype=out.dtype) + out[:, 1:]

@@ -5,9 +5,10 @@ import pytest
 import torch.nn as nn
 
 from dippm_nas import build_graph
-from dippm_nas.cost.allocator import MIB, CachingAllocator, replay
-from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.cost.table import node_table
+from dippm_nas.cost.pipeline.allocator import MIB, CachingAllocator, replay
+from dippm_nas.cost.pipeline.memory import memory, transient_bytes
+from dippm_nas.cost.pipeline.table import node_table
+from dippm_nas.precisions import PRECISIONS
 
 
 def test_small_requests_share_two_mib_segments():
@@ -93,12 +94,11 @@ def test_a_workspace_of_several_tensors_is_replayed_tensor_by_tensor():
 def test_memory_is_context_plus_the_replayed_peak(batch):
     mlp = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
     table = node_table(build_graph(mlp, (1024,), batch=batch))
-    model = AnalyticalCostModel()
-    m = model.memory(table, "fp16")
+    m = memory(table, PRECISIONS["fp16"])
     live = m.weights_mib + m.activations_mib + m.workspace_mib
     assert m.allocator_mib >= 0
     replayed = replay([32 * MIB, *table.weight_tensor_bytes.tolist(), table.input_bytes], table.allocations(2),
-                      table.free_step, *model.transient_bytes(table, "fp16")).peak_reserved / MIB
+                      table.free_step, *transient_bytes(table, PRECISIONS["fp16"])).peak_reserved / MIB
     assert live + m.allocator_mib == pytest.approx(max(replayed, live))
     # the workspace (32 MiB) and the two weights (16 MiB) in segments of their own, the biases and the
     # activations in one 2 MiB small segment, each layer's 8 MiB half copy in one 20 MiB segment

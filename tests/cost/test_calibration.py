@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import dippm_nas
+from dippm_nas.calibration import load_calibration
 from dippm_nas.cli import main
-from dippm_nas.cost.calibration import load_calibration
+from dippm_nas.cost.models.calibrated import calibrated_memory
 from dippm_nas.errors import DippmError, UnknownModelError
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.integration import HardwareCostModel
@@ -102,7 +103,7 @@ def test_calibrated_predictions_say_so(h200_calibration):
     assert after <= before  # fitted on these rows, no further from them (the rows may keep every scale at 1)
     graph = _stored_graph(MeasuredRow("shvit_s2", 8, 1.0, 224))
     p = dippm_nas.predict_graph(graph, "h200", "fp32", calibration=h200_calibration)
-    assert p.cost_model.startswith("operators") and p.latency_error.group == "calibration"
+    assert p.answered_by == p.cost_model == "calibrated" and p.latency_error.group == "calibration"
     assert p.latency_error.records == 12 and p.latency_error.mape == pytest.approx(calibration.left_out_mape)
     assert any(n.startswith("calibrated on 12 measured rows of h200 (nvidia-h200.csv)") for n in p.notes)
     # the harness measured each row's energy: the GPU's idle and busy power are fitted too
@@ -120,7 +121,7 @@ def test_calibrated_predictions_say_so(h200_calibration):
         abs(r.memory_before_mib / r.memory_mib - 1) for r in memory)
     assert p.latency_error.memory_mape == pytest.approx(calibration.memory_left_out_mape)
     uncalibrated = dippm_nas.predict_graph(graph, "h200", "fp32", cost_model="operators")
-    assert p.memory_mib == pytest.approx(calibration.memory(uncalibrated.estimate.memory).total_mib)
+    assert p.memory_mib == pytest.approx(calibrated_memory(calibration, uncalibrated.estimate.memory).total_mib)
     assert p.memory_mib != uncalibrated.memory_mib and any("MiB outside the allocator" in n for n in p.notes)
     assert "each predicted by a fit of the others" in p.notes[-1]
     on_slice = dippm_nas.predict_graph(graph, "h200:1g.18gb", "fp32", calibration=h200_calibration)
@@ -184,7 +185,7 @@ def test_a_file_that_is_no_calibration_is_one_clear_error(tmp_path, h200_calibra
     assert "no calibration file at" in capsys.readouterr().err
     assert main(["predict", "resnet18", "--device", "h200", "--cost-model", "pmgns", "--calibration",
                  str(h200_calibration)]) == 2
-    assert "a calibration adjusts the operators cost model, not pmgns" in capsys.readouterr().err
+    assert "answered by the calibrated cost model (the operator model, fitted), not pmgns" in capsys.readouterr().err
 
 
 def test_calibrate_on_the_command_line(tmp_path, capsys):
@@ -264,7 +265,7 @@ def test_the_rows_choose_how_many_scales_they_can_tell():
     twice as long as the model's free the GPU's speed, and the calibrated predictions meet them."""
     import numpy as np
 
-    from dippm_nas.cost.operator_cost import LatencyParts
+    from dippm_nas.cost.models.calibrated import LatencyParts
     from dippm_nas.training.calibration_fit import FITS, fit_chosen, scaled_latency_ms
 
     rng = np.random.default_rng(0)

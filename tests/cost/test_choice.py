@@ -1,8 +1,6 @@
 """The default cost model is chosen in one place: the operator model, its residual where the card turns it on,
 the roofline where the operator model declines."""
 
-import json
-
 import pytest
 
 from dippm_nas import build_graph, predict_graph
@@ -14,19 +12,17 @@ def graph():
 
 
 @pytest.fixture
-def card(tmp_path, monkeypatch):
+def card(monkeypatch):
     """Regimes of the test's own in place of the shipped residual card's (its weights stay the shipped ones)."""
-    from dippm_nas.cost import choice
+    from dippm_nas.cost.models import auto
 
-    path = tmp_path / "residual.json"
-    monkeypatch.setattr(choice, "RESIDUAL_CARD", path)
+    shipped = auto.residual_regime
 
     def write(regimes):
-        path.write_text(json.dumps({"regimes": regimes}))
-        choice._regimes.cache_clear()
+        monkeypatch.setattr(auto, "residual_regime",
+                            lambda precision, batch: shipped(precision, batch, {"regimes": regimes}))
 
-    yield write
-    choice._regimes.cache_clear()
+    return write
 
 
 @pytest.mark.parametrize("device, precision", [("a100-40gb", "fp32"), ("h100-sxm", "fp16"), ("t4", "fp16"),
@@ -42,10 +38,10 @@ def test_with_the_residual_off_auto_is_the_operator_model(graph, card, device, p
 
 
 def test_auto_falls_back_to_the_roofline_where_the_operator_model_declines(graph, monkeypatch):
-    from dippm_nas.cost.operator_cost import OperatorCostModel
+    from dippm_nas.cost.models.operators import OperatorCostModel
 
     reason = "the operator model was trained on other features than this version computes"
-    monkeypatch.setattr(OperatorCostModel, "covers", lambda self: reason)
+    monkeypatch.setattr(OperatorCostModel, "covers", lambda self, request: reason)
     p = predict_graph(graph, "a100-40gb")
     assert p.answered_by == "analytical" and p.latency_ms > 0
     assert f"{reason}: analytical (roofline) estimate" in p.notes
@@ -73,10 +69,10 @@ def test_the_residual_answers_in_the_regimes_the_card_lists_and_says_so(graph, c
 
 def test_the_shipped_card_says_where_the_residual_is_on():
     """Each regime: a precision, a batch range, and the held-out GPUs whose figures turned it on."""
-    from dippm_nas.cost.choice import RESIDUAL_CARD
-    from dippm_nas.cost.residual import operator_model_fingerprint
+    from dippm_nas.cost.learned.card import RESIDUAL_WEIGHTS, read_card
+    from dippm_nas.cost.models.residual import operator_model_fingerprint
 
-    shipped = json.loads(RESIDUAL_CARD.read_text())
+    shipped = read_card(RESIDUAL_WEIGHTS)
     assert shipped["config"]["base"] == "operators" and shipped["base_fingerprint"] == operator_model_fingerprint()
     assert "leave-one-gpu-out" in shipped["chosen_by"]
     for regime in shipped["regimes"]:

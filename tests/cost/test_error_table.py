@@ -10,6 +10,8 @@ import pytest
 
 from dippm_nas import build_graph, predict_graph
 from dippm_nas.cost.error_table import MIN_RECORDS, TABLE, batch_bin, load_table, lookup
+from dippm_nas.hardware import get_device
+from dippm_nas.precisions import PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 PREDICTIONS = ROOT / "docs" / "accuracy" / "predictions.csv"
@@ -81,20 +83,20 @@ def test_analytical_prediction_on_a_gpu_never_measured_says_so(rows, graphs):
 def test_analytical_figure_on_a_measured_gpu(rows):
     records = [r for r in _unique(rows) if r["device"] == "h100-sxm" and r["batch"] == "1" and r["precision"] == "fp16"]
     expected, n = _mape(records, "analytical")
-    e = lookup("analytical", "h100-sxm", "fp16", 1)
+    e = lookup("analytical", get_device("h100-sxm"), PRECISIONS["fp16"], 1)
     assert (e.records, e.devices) == (n, ("h100-sxm",)) and e.mape == pytest.approx(expected, abs=1e-6)
 
 
 def test_unseen_family_and_unseen_gpu_use_their_splits(rows):
     family, n = _mape([r for r in rows if r["split"] == "family" and r["device"] == "h100-sxm"
                        and r["batch"] == "1" and r["precision"] == "fp16"], "pmgns")
-    e = lookup("pmgns", "h100-sxm", "fp16", 1, family_in_training=False)
+    e = lookup("pmgns", get_device("h100-sxm"), PRECISIONS["fp16"], 1, family_in_training=False)
     assert e.group == "pmgns/family" and e.records == n and e.mape == pytest.approx(family, abs=1e-6)
     with TRANSFER.open() as f:  # each GPU held out of training in turn
         held_out = [r for r in csv.DictReader(f) if r["split"] == "without rtx4090"
                     and batch_bin(int(r["batch"])) == "256-1023"]
     device, n = _mape(held_out, "pmgns")
-    e = lookup("pmgns", "rtx4090", "fp16", 512, gpu_in_training=False)
+    e = lookup("pmgns", get_device("rtx4090"), PRECISIONS["fp16"], 512, gpu_in_training=False)
     assert e.group == "pmgns/device" and e.records == n and e.mape == pytest.approx(device, abs=1e-6)
 
 
@@ -113,7 +115,7 @@ def test_the_operator_model_cites_its_figure_on_the_gpu_held_out(graphs):
 
 
 def test_sparse_cells_widen_and_say_so():
-    e = lookup("pmgns", "h100-sxm:7g.80gb", "fp16", 64, family_in_training=True)
+    e = lookup("pmgns", get_device("h100-sxm:7g.80gb"), PRECISIONS["fp16"], 64, family_in_training=True)
     assert e.devices == ("h100-sxm",) and e.records >= MIN_RECORDS
     assert any("no MIG slice was measured" in w for w in e.widened)
     assert any("pooled over batches" in w for w in e.widened)
@@ -121,7 +123,7 @@ def test_sparse_cells_widen_and_say_so():
 
 def test_library_reads_only_package_data(monkeypatch, graphs):
     """At prediction time the table comes from the package (shipped as package data), never from docs/."""
-    assert TABLE.parent == Path(__import__("dippm_nas").__file__).parent / "cost" / "weights"
+    assert TABLE.parent == Path(__import__("dippm_nas").__file__).parent / "cost"
     assert '"weights/*.json"' in (ROOT / "pyproject.toml").read_text()
     read_text = Path.read_text
 

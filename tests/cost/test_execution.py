@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import request_of
 from torch import nn
 
-from dippm_nas import build_graph, get_device, predict_graph
-from dippm_nas.cost.analytical import AnalyticalCostModel, operator_units
-from dippm_nas.cost.host import HOST_PROFILES, HostProfile
-from dippm_nas.cost.table import node_table
+from dippm_nas import build_graph, predict_graph
+from dippm_nas.cost.models.analytical import AnalyticalCostModel
+from dippm_nas.cost.pipeline.roofline import roofline, units
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.errors import DippmError
+from dippm_nas.hosts import HOST_PROFILES, HostProfile
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +22,14 @@ def resnet():
 
 
 def test_cuda_graphs_mode_has_no_host_term(resnet):
-    model, gpu, table = AnalyticalCostModel(), get_device("a100-40gb"), node_table(resnet)
-    eager = model.roofline(table, gpu, "fp32")
-    graphs = model.roofline(table, gpu, "fp32", mode="cuda-graphs")
+    model, table = AnalyticalCostModel(), node_table(resnet)
+    eager = model.timed(table, request_of("a100-40gb"))
+    graphs = model.timed(table, request_of("a100-40gb", mode="cuda-graphs"))
     assert not graphs.host_s.any() and graphs.host_wait_share() == 0
-    assert graphs.latency_s == pytest.approx(graphs.time_s.sum()) and eager.latency_s > graphs.latency_s
+    assert graphs.latency_s == pytest.approx(graphs.gpu_s.sum()) and eager.latency_s > graphs.latency_s
     p = predict_graph(resnet, "a100-40gb", cost_model="analytical", mode="cuda-graphs")
     assert p.mode == "cuda-graphs" and p.host == "" and not any("waits on the host" in n for n in p.notes)
-    assert p.latency_ms == pytest.approx(graphs.time_s.sum() * 1e3)
+    assert p.latency_ms == pytest.approx(graphs.gpu_s.sum() * 1e3)
 
 
 @pytest.mark.parametrize("cost_model, name", [("operators", "operators"), ("pmgns", "pmgns")])
@@ -57,14 +59,16 @@ def _conv_and_linear():
 
 def test_tf32_rule_conv_on_tensor_cores_matmul_not_and_the_flags_change_both():
     graph = build_graph(_conv_and_linear(), (64, 16, 16), batch=64)
-    table, a100 = node_table(graph), get_device("a100-40gb")
+    table = node_table(graph)
     conv = np.array([n.op == "nn.conv2d" for n in graph.nodes])
     matmul = np.array([n.category == "matmul" for n in graph.nodes])
-    units = {p: operator_units(table, a100, p) for p in ("fp32", "fp32-strict", "tf32")}
-    assert set(units["fp32"][conv]) == {"tensor cores (TF32)"} and set(units["fp32"][matmul]) == {"CUDA cores (FP32)"}
-    assert set(units["fp32-strict"][conv | matmul]) == {"CUDA cores (FP32)"}
-    assert set(units["tf32"][conv | matmul]) == {"tensor cores (TF32)"}
-    time = {p: AnalyticalCostModel().roofline(table, a100, p).time_s for p in units}
+    requests = {p: request_of("a100-40gb", p) for p in ("fp32", "fp32-strict", "tf32")}
+    bounds = {p: roofline(table, request) for p, request in requests.items()}
+    named = {p: units(table, bounds[p].peak, requests[p]) for p in requests}
+    assert set(named["fp32"][conv]) == {"tensor cores (TF32)"} and set(named["fp32"][matmul]) == {"CUDA cores (FP32)"}
+    assert set(named["fp32-strict"][conv | matmul]) == {"CUDA cores (FP32)"}
+    assert set(named["tf32"][conv | matmul]) == {"tensor cores (TF32)"}
+    time = {p: bound.time_s for p, bound in bounds.items()}
     assert time["fp32"][conv].sum() < time["fp32-strict"][conv].sum()  # the convolution got faster
     assert time["fp32"][matmul].sum() == pytest.approx(time["fp32-strict"][matmul].sum())  # the matmul did not
     assert time["tf32"][matmul].sum() < time["fp32"][matmul].sum()
@@ -75,6 +79,6 @@ def test_tf32_rule_conv_on_tensor_cores_matmul_not_and_the_flags_change_both():
 
 def test_before_ampere_fp32_is_fp32_everywhere():
     graph = build_graph(_conv_and_linear(), (64, 16, 16), batch=8)
-    units = operator_units(node_table(graph), get_device("v100"), "fp32")
-    assert "tensor cores (TF32)" not in set(units)
+    table, request = node_table(graph), request_of("v100", "fp32")
+    assert "tensor cores (TF32)" not in set(units(table, roofline(table, request).peak, request))
     assert not any("TF32" in n for n in predict_graph(graph, "v100", "fp32").notes)

@@ -84,10 +84,10 @@ def test_a_float32_model_at_half_weights_is_the_model_built_half():
 
 
 def test_the_cast_follows_the_weights_dtype(half_linear):
-    bf16, precision, notes = graph_at_precision(half_linear, "bf16-weights")
+    bf16, precision, notes = graph_at_precision(half_linear, PRECISIONS["bf16-weights"])
     assert precision.name == "bf16-weights" and bf16.float_weight_dtypes == {"bfloat16"}
     assert "float16 weights and activations cast to bfloat16" in notes[0]
-    assert graph_at_precision(half_linear, "fp16-weights") == (half_linear, PRECISIONS["fp16-weights"], ())
+    assert graph_at_precision(half_linear, PRECISIONS["fp16-weights"]) == (half_linear, PRECISIONS["fp16-weights"], ())
     back = cast_floats(bf16, "bfloat16", "float16")
     assert back.nodes == half_linear.nodes and back.param_bytes == half_linear.param_bytes
 

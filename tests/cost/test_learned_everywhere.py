@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from dippm_nas import build_graph, predict, predict_graph
-from dippm_nas.cost.card import load_card
-from dippm_nas.cost.learned import available
+from dippm_nas.cost.learned.card import PMGNS_WEIGHTS, load_card
 from dippm_nas.hardware import list_devices
 
-pytestmark = pytest.mark.skipif(not available(), reason="no shipped weights (run `dippm-nas train`)")
+pytestmark = pytest.mark.skipif(load_card(PMGNS_WEIGHTS) is None, reason="no shipped weights (run `dippm-nas train`)")
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +24,7 @@ def test_the_readme_first_command_is_answered_by_the_operator_model():
 
 
 def test_every_registry_gpu_and_precision_gets_the_learned_model(resnet18_b32):
-    card = load_card()
+    card = load_card(PMGNS_WEIGHTS)
     for device in list_devices():
         for precision in device.precisions:
             p = predict_graph(resnet18_b32, device.key, precision, "pmgns")

@@ -42,9 +42,9 @@ def _cases() -> list:
 def test_memory_within_3_percent_of_nvml_process_memory(model, size, batch, precision, nvml_mib, reserved_mib):
     p = predict(model, input_shape=(3, size, size), batch=batch, device="h200", precision=precision,
                 cost_model="analytical")
-    assert p.memory_mb == pytest.approx(nvml_mib, rel=TOLERANCE)
+    assert p.memory_mib == pytest.approx(nvml_mib, rel=TOLERANCE)
     # the harness's first protocol measured the context plus reserved, which the breakdown still gives
-    assert p.estimate.memory.context_and_reserved_mib == pytest.approx(p.memory_mb - p.estimate.memory.modules_mib)
+    assert p.estimate.memory.context_and_reserved_mib == pytest.approx(p.memory_mib - p.estimate.memory.modules_mib)
 
 
 def test_the_resnet50_gap_is_the_reserved_memory_not_the_modules():

@@ -4,11 +4,10 @@ memory, and the unit of every number."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 
-from dippm_nas import Prediction, build_graph, mig_table, predict, predict_graph
+from dippm_nas import build_graph, mig_table, predict, predict_graph
 from dippm_nas.cli import main
 
 
@@ -89,20 +88,12 @@ def test_out_of_memory_is_said_plainly(capsys):
 
 def test_units_are_named():
     p = predict("resnet18", batch=4, device="a100-40gb")
-    with pytest.warns(DeprecationWarning, match="memory_mib"):
-        assert p.memory_mb == p.memory_mib
     assert p.energy_j_per_sample == pytest.approx(p.energy_j / 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # to_dict itself raises no deprecation warning
-        data = p.to_dict()
-    assert data["memory_mb"] == data["memory_mib"] and data["energy_j_per_sample"] == p.energy_j_per_sample
+    data = p.to_dict()
+    assert data["energy_j_per_sample"] == p.energy_j_per_sample and "memory_mb" not in data
     assert data["units"]["energy_j"].startswith("J for one inference of the whole batch")
     assert data["units"]["memory_mib"].startswith("MiB") and data["fits"] is True
     assert json.loads(json.dumps(data))["latency_error"]["cost_model"] == "operators"
-    with pytest.warns(DeprecationWarning, match="memory_mib"):
-        old = Prediction(model="m", latency_ms=1.0, energy_j=1.0, memory_mb=5.0, mig_profile=None, device="a100-40gb",
-                         precision="fp32", batch=1, cost_model="analytical")
-    assert old.memory_mib == 5.0
 
 
 def test_predict_table_says_the_units(capsys):
@@ -113,4 +104,4 @@ def test_predict_table_says_the_units(capsys):
         assert text in out
     code, out = _run(capsys, "predict", "resnet18", "--batch", "4", "--json")
     data = json.loads(out)
-    assert {"memory_mib", "memory_mb", "energy_j_per_sample", "units", "fits", "latency_error"} <= set(data)
+    assert {"memory_mib", "energy_j_per_sample", "units", "fits", "latency_error"} <= set(data)

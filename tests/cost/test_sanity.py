@@ -5,18 +5,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import estimate_of, request_of
 from torch import nn
 
-from dippm_nas import build_graph, get_device, mig_table, predict_graph
-from dippm_nas.cost.analytical import (
-    IDLE_POWER_FRACTION,
-    AnalyticalCostModel,
-    queued_latency,
-)
-from dippm_nas.cost.host import get_host_profile
-from dippm_nas.cost.table import NodeTable, node_table
+from dippm_nas import build_graph, mig_table, predict_graph
+from dippm_nas.cost.models.analytical import AnalyticalCostModel
+from dippm_nas.cost.pipeline.host_queue import queued_latency
+from dippm_nas.cost.pipeline.memory import peak_live, transient_bytes
+from dippm_nas.cost.pipeline.power import IDLE_POWER_FRACTION
+from dippm_nas.cost.pipeline.roofline import roofline
+from dippm_nas.cost.pipeline.summary import summarize
+from dippm_nas.cost.pipeline.table import NodeTable, node_table
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.graph.tensor import EAGER_HOLD, EAGER_INPLACE_OF
+from dippm_nas.hosts import get_host_profile
+from dippm_nas.precisions import PRECISIONS
+
+
+def _peak_activations(table: NodeTable, precision: str = "fp32", runtime: tuple[int, int] | None = None) -> float:
+    """Peak bytes of live tensors when the operators run in order; a view shares its input."""
+    return peak_live(table, PRECISIONS[precision], *transient_bytes(table, PRECISIONS[precision], runtime))
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +35,7 @@ def resnet_graphs():
 def test_latency_and_memory_grow_with_batch(resnet_graphs):
     preds = [predict_graph(resnet_graphs[b]) for b in (1, 8, 32)]
     assert preds[0].latency_ms < preds[1].latency_ms < preds[2].latency_ms
-    assert preds[0].memory_mb < preds[1].memory_mb < preds[2].memory_mb
+    assert preds[0].memory_mib < preds[1].memory_mib < preds[2].memory_mib
     assert preds[0].energy_j < preds[1].energy_j < preds[2].energy_j
 
 
@@ -52,7 +60,7 @@ def test_fp16_faster_than_fp32_for_matmul_bound_model():
 def test_memory_breakdown_adds_up(resnet_graphs):
     p = predict_graph(resnet_graphs[8])
     m = p.estimate.memory
-    assert p.memory_mb == pytest.approx(m.total_mib)
+    assert p.memory_mib == pytest.approx(m.total_mib)
     assert m.weights_mib == pytest.approx(resnet_graphs[8].param_bytes / 2**20)
     assert 0 < m.activations_mib < resnet_graphs[8].activation_bytes / 2**20
 
@@ -72,14 +80,12 @@ def test_cudnn_holds_an_nhwc_copy_of_the_input_of_a_3x3_convolution_not_of_a_1x1
     """Under autocast on NCHW activations, cuDNN transposes a tensor-core convolution's input to NHWC
     and holds the copy while it runs; a 1x1, stride-1 convolution is a GEMM over NCHW as it is (the
     H100's peak allocated bytes), though its time is still charged the transposition."""
-    from dippm_nas.hardware import get_device
-
     def transient(kernel: int) -> tuple[float, float]:
         with torch.device("meta"):
             conv = nn.Conv2d(64, 64, kernel, padding=kernel // 2)
         table = NodeTable.of(build_graph(conv, (64, 32, 32), batch=1))
-        workspace = AnalyticalCostModel().transient_bytes(table, "fp16")[1]
-        moved = AnalyticalCostModel().roofline(table, get_device("a100-40gb"), "fp16").moved
+        workspace = transient_bytes(table, PRECISIONS["fp16"])[1]
+        moved = roofline(table, request_of("a100-40gb", "fp16")).moved
         return float(workspace[0, 0]), float(moved[0])
 
     (copy3, moved3), (copy1, moved1) = transient(3), transient(1)
@@ -87,7 +93,7 @@ def test_cudnn_holds_an_nhwc_copy_of_the_input_of_a_3x3_convolution_not_of_a_1x1
     assert moved1 - moved3 == pytest.approx(64 * 64 * (1 - 9) * (4 + 2 + 2))  # only the weights differ
     with torch.device("meta"):
         stem = nn.Conv2d(3, 64, 3, padding=1)  # off the NCHW tensor-core kernels: an NHWC output instead
-    workspace = AnalyticalCostModel().transient_bytes(NodeTable.of(build_graph(stem, (3, 32, 32), batch=1)), "fp16")[1]
+    workspace = transient_bytes(NodeTable.of(build_graph(stem, (3, 32, 32), batch=1)), PRECISIONS["fp16"])[1]
     assert workspace[0].tolist()[:2] == [0.0, 64 * 32 * 32 * 2]
 
 
@@ -117,16 +123,15 @@ def test_attention_no_fused_kernel_takes_runs_as_math():
     model, gpu = AnalyticalCostModel(), get_device("a100-40gb")
 
     def attention_cost(rank: int, torch_version: tuple[int, int] | None):
-        table = tables[rank]
-        roofline = model.roofline(table, gpu, "fp16", torch_version=torch_version)
-        (cost,) = [c for c, n in zip(model.summarize(table, roofline, gpu, "fp16", graphs[rank], torch_version).nodes,
-                                     graphs[rank].nodes) if n.category == "attention"]
-        return cost, model.peak_activations(table, "fp16", torch_version)
+        table, request = tables[rank], request_of(gpu, "fp16", torch_version)
+        timed = model.timed(table, request)
+        (cost,) = [c for c, n in zip(summarize(graphs[rank], timed, request, model.name).nodes, graphs[rank].nodes)
+                   if n.category == "attention"]
+        return cost, _peak_activations(table, "fp16", torch_version)
 
     (fused, _), (upcast, upcast_peak), (half, half_peak) = (
         attention_cost(4, None), attention_cost(5, None), attention_cost(5, (2, 4)))
-    unfused_peak = model.peak_activations(replace(tables[5], math_fallback=np.zeros_like(tables[5].math_fallback)),
-                                          "fp16")
+    unfused_peak = _peak_activations(replace(tables[5], math_fallback=np.zeros_like(tables[5].math_fallback)), "fp16")
     # float32 scores, softmax, _safe_softmax's bool mask and result live at once
     assert 13 * scores <= upcast_peak - unfused_peak <= 13 * scores + 8 * q + 4 * k + 4 * v
     assert 4 * scores <= half_peak - unfused_peak <= 4 * scores + 2 * q  # half scores and softmax
@@ -148,23 +153,28 @@ def test_gpu_waits_on_the_host_when_its_operators_are_short():
             issued += h
             end = max(issued, end) + t
         expected.append(end)
-    assert queued_latency(time_s, host_s, scales) == pytest.approx(expected)
+    assert queued_latency(host_s, [time_s], gpu_scales=[scales]) == pytest.approx(expected)
+    import torch as torch_module  # the same function over torch tensors, as the operator model's training runs it
+    assert float(queued_latency(torch_module.from_numpy(host_s), [torch_module.from_numpy(time_s)])) == \
+        pytest.approx(expected[1])
 
     g = build_graph("resnet18", batch=1)
-    model, gpu = AnalyticalCostModel(), get_device("h100-sxm")
-    small = model.roofline(node_table(g), gpu, "fp16")
+    model, request = AnalyticalCostModel(), request_of("h100-sxm", "fp16")
+    gpu = request.gpu
+    small = model.timed(node_table(g), request)
     host = float(small.host_s.sum())
-    assert small.latency_s >= host > 3 * small.time_s.sum() and small.host_wait_share() > 0.6
+    assert small.latency_s >= host > 3 * small.gpu_s.sum() and small.host_wait_share() > 0.6
     profile = get_host_profile()
     assert host == pytest.approx((~node_table(g).is_view).sum() * profile.issue_us(half=True) * 1e-6
                                  + node_table(g).is_view.sum() * profile.view_us * 1e-6)
-    large = model.roofline(node_table(scale_batch(g, 1024)), gpu, "fp16")
-    assert large.latency_s == pytest.approx(large.time_s.sum(), rel=0.01) and large.host_wait_share() < 0.01
+    large = model.timed(node_table(scale_batch(g, 1024)), request)
+    assert large.latency_s == pytest.approx(large.gpu_s.sum(), rel=0.01) and large.host_wait_share() < 0.01
     # the GPU idles while it waits: energy is the idle power over the latency plus the busy units' share
-    estimate = model.summarize(node_table(g), small, gpu, "fp16")
+    estimate = summarize(g, small, request, model.name)
     idle_w = IDLE_POWER_FRACTION * gpu.tdp_w
     assert estimate.latency_ms == pytest.approx(small.latency_s * 1e3)
-    assert estimate.energy_j == pytest.approx(small.latency_s * idle_w + small.busy_s.sum() * (gpu.tdp_w - idle_w))
+    assert estimate.energy_j == pytest.approx(small.latency_s * idle_w
+                                              + small.roofline.busy_s.sum() * (gpu.tdp_w - idle_w))
 
 
 class _ReluChain(nn.Module):
@@ -186,10 +196,9 @@ def test_peak_activations_follow_liveness():
                 y = torch.relu(y)
             return y + torch.relu(x)
 
-    model = AnalyticalCostModel()
     elems = 1024 * 1024
-    chain = model.peak_activations(NodeTable.of(build_graph(_ReluChain(), (elems,), batch=1)), "fp32")
-    skip = model.peak_activations(NodeTable.of(build_graph(Skip(), (elems,), batch=1)), "fp32")
+    chain = _peak_activations(NodeTable.of(build_graph(_ReluChain(), (elems,), batch=1)))
+    skip = _peak_activations(NodeTable.of(build_graph(Skip(), (elems,), batch=1)))
     assert chain == 3 * elems * 4  # input + the tensor being read + the one being written
     assert skip > chain
 
@@ -210,13 +219,12 @@ def test_a_module_call_holds_its_arguments_until_it_returns():
         def forward(self, x):
             return _ReluChain.forward(self, torch.relu(x))
 
-    model = AnalyticalCostModel()
     elems = 1024 * 1024
     held_graph = build_graph(Held(), (elems,), batch=1)
     stem = held_graph.nodes[0]
     assert stem.attrs[EAGER_HOLD] == len(held_graph.nodes) - 1  # until the last relu of the stages
-    held = model.peak_activations(NodeTable.of(held_graph), "fp32")
-    inline = model.peak_activations(NodeTable.of(build_graph(Inline(), (elems,), batch=1)), "fp32")
+    held = _peak_activations(NodeTable.of(held_graph))
+    inline = _peak_activations(NodeTable.of(build_graph(Inline(), (elems,), batch=1)))
     assert inline == 3 * elems * 4
     assert held == 4 * elems * 4  # and the stem's output
 
@@ -239,7 +247,7 @@ def test_a_local_variable_holds_its_value_until_bound_again_or_returned():
     assert (left.attrs[EAGER_HOLD], right.attrs[EAGER_HOLD]) == (4, 3)  # until tanh, the forward's last
     assert doubled.attrs[EAGER_HOLD] == 1  # bound again by ``total = total + 1``
     # input, left, right and both totals while the second is written (or the last total and tanh)
-    assert AnalyticalCostModel().peak_activations(NodeTable.of(graph), "fp32") == 5 * elems * 4
+    assert _peak_activations(NodeTable.of(graph)) == 5 * elems * 4
 
 
 def test_locals_of_a_method_other_than_forward_are_held_too():
@@ -364,7 +372,7 @@ def test_an_operator_eager_runs_in_place_writes_into_its_input():
     assert relu.attrs[EAGER_INPLACE_OF] == 1
     table = NodeTable.of(graph)
     assert table.free_step[relu.id] == -1
-    assert AnalyticalCostModel().peak_activations(table, "fp32") == 3 * elems * 4  # input, y, the sum
+    assert _peak_activations(table) == 3 * elems * 4  # input, y, the sum
 
 
 def test_breakdown_names_the_dominant_operators(resnet_graphs):
@@ -377,11 +385,8 @@ def test_channels_last_saves_the_transposes_of_half_precision_convolutions(resne
     """NCHW at fp16 pays cuDNN's transpose of a tensor-core convolution's input; channels_last does not;
     fp32 and depthwise (CUDA-core) convolutions are the same in both layouts. (The GPU's time, that is:
     at this batch the GPU waits on the host either way.)"""
-    g, model = resnet_graphs[8], AnalyticalCostModel()
-    from dippm_nas.hardware import get_device
-
-    gpu = get_device("rtx4090")
-    nchw, nhwc = (model.estimate(g, gpu, "fp16", layout) for layout in ("nchw", "nhwc"))
+    g, model, gpu = resnet_graphs[8], AnalyticalCostModel(), "rtx4090"
+    nchw, nhwc = (estimate_of(model, g, gpu, "fp16", layout=layout) for layout in ("nchw", "nhwc"))
     convs = {n.id for n in g.nodes if n.category == "conv"}
     slower = {a.node for a, b in zip(nchw.nodes, nhwc.nodes) if a.time_ms > b.time_ms}
     assert slower and slower <= convs and sum(c.time_ms for c in nchw.nodes) > sum(c.time_ms for c in nhwc.nodes)
@@ -390,11 +395,12 @@ def test_channels_last_saves_the_transposes_of_half_precision_convolutions(resne
                for a, b in zip(nchw.nodes, nhwc.nodes) if a.node in slower)
     stem = next(n for n in g.nodes if n.category == "conv")  # 3 input channels: no tensor cores
     assert stem.id not in slower
-    assert model.estimate(g, gpu, "fp32", "nchw").latency_ms == model.estimate(g, gpu, "fp32", "nhwc").latency_ms
+    assert estimate_of(model, g, gpu, "fp32").latency_ms == estimate_of(model, g, gpu, "fp32", layout="nhwc").latency_ms
     with torch.device("meta"):
         depthwise = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.ReLU())
     dw = build_graph(depthwise, (64, 56, 56), batch=8)
-    assert model.estimate(dw, gpu, "fp16", "nchw").latency_ms == model.estimate(dw, gpu, "fp16", "nhwc").latency_ms
+    dw_nchw, dw_nhwc = (estimate_of(model, dw, gpu, "fp16", layout=layout) for layout in ("nchw", "nhwc"))
+    assert dw_nchw.latency_ms == dw_nhwc.latency_ms
 
 
 def test_convolutions_off_the_tensor_cores_run_at_the_cuda_cores_peak():
@@ -408,7 +414,7 @@ def test_convolutions_off_the_tensor_cores_run_at_the_cuda_cores_peak():
         dense = nn.Conv2d(256, 256, 3, padding=1, bias=False)
     a100, model = get_device("a100-40gb"), AnalyticalCostModel()
     for conv, peak in ((depthwise, a100.fp32_tflops), (dense, a100.tensor_tflops("fp16"))):
-        cost = next(c for c in model.estimate(build_graph(conv, (256, 64, 64), batch=64), a100, "fp16").nodes
+        cost = next(c for c in estimate_of(model, build_graph(conv, (256, 64, 64), batch=64), a100, "fp16").nodes
                     if c.op == "nn.conv2d")
         assert cost.bound == "compute"
         assert cost.time_ms == pytest.approx(cost.flops / (peak * 1e12) * 1e3, rel=0.05)
@@ -420,8 +426,7 @@ def test_bilinear_upsampling_of_nchw_planes_is_bound_by_memory_latency():
     196 threads through 1024 planes per sample, one memory round trip each. A channels-last input
     (CoaT's tokens transposed into an image) and nearest-neighbour upsampling are spread over threads
     and stay memory-bound by bandwidth."""
-    from dippm_nas.cost.analytical import MEMORY_ROUND_TRIP_NS
-    from dippm_nas.hardware import get_device
+    from dippm_nas.cost.pipeline.roofline import MEMORY_ROUND_TRIP_NS
 
     class Upsample(nn.Module):
         def __init__(self, mode: str, tokens: bool):
@@ -435,13 +440,13 @@ def test_bilinear_upsampling_of_nchw_planes_is_bound_by_memory_latency():
                 x = self.mix(x.flatten(2).transpose(1, 2)).transpose(1, 2).reshape(b, c, h, w)
             return nn.functional.interpolate(x, scale_factor=2, mode=self.mode)
 
-    device, model = get_device("rtx3090"), AnalyticalCostModel()
+    device, model = "rtx3090", AnalyticalCostModel()
     times = {}
     for mode, tokens in (("bilinear", False), ("bilinear", True), ("nearest", False)):
         graph = build_graph(Upsample(mode, tokens), (64, 7, 7), batch=256)
         (node,) = [n for n in graph.nodes if n.kind == "image_resize2d"]
         assert node.attrs["eager_channels_last"] is tokens
-        cost = next(c for c in model.estimate(graph, device, "fp16").nodes if c.node == node.id)
+        cost = next(c for c in estimate_of(model, graph, device, "fp16").nodes if c.node == node.id)
         times[mode, tokens] = cost.time_ms
         assert cost.bound == "memory"  # by bandwidth, or by latency
     assert times["bilinear", False] == pytest.approx(256 * 64 * MEMORY_ROUND_TRIP_NS * 1e-6, rel=0.01)

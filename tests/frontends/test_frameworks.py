@@ -104,7 +104,7 @@ def _assert_same(graphs: dict[str, object], predictions: dict[str, object]) -> N
     for name, graph in graphs.items():
         assert graph.flops == reference.flops, (name, graph.flops, reference.flops)
         assert graph.param_bytes == reference.param_bytes, (name, graph.param_bytes, reference.param_bytes)
-    for metric in ("latency_ms", "energy_j", "memory_mb"):
+    for metric in ("latency_ms", "energy_j", "memory_mib"):
         values = {name: getattr(p, metric) for name, p in predictions.items()}
         spread = max(values.values()) / min(values.values()) - 1
         assert spread <= PREDICTION_TOLERANCE, (metric, values)
@@ -175,7 +175,7 @@ def test_keras_application_predicts_from_the_cli_as_keras_file_saved_model_and_t
     capsys.readouterr()  # what the exports printed
     for path in ("mobilenet_v2.keras", "saved_model", "mobilenet_v2.tflite"):
         data = _cli(capsys, str(tmp_path / path), "--batch", "2")
-        assert data["latency_ms"] > 0 and data["memory_mb"] > 0 and data["batch"] == 2
+        assert data["latency_ms"] > 0 and data["memory_mib"] > 0 and data["batch"] == 2
         # the same architecture as timm's mobilenetv2_100: within 5 % of its FLOPs, all 3.5 M parameters
         assert abs(data["gflops"] / timm_gflops - 1) < 0.05, (path, data["gflops"], timm_gflops)
         assert abs(data["params_m"] - 3.5) < 0.1, (path, data["params_m"])

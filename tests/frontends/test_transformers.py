@@ -31,7 +31,7 @@ def test_bert_predicts_with_token_ids():
     # the pooler's output is not returned, but eager computes it: one more biased D x D product per sample
     assert _matmul_flops(g) == _textbook(LAYERS) + 2 * B * D * D + B * D
     p = predict(config, [TensorSpec((S,), "int64", "input_ids")], batch=B)
-    assert p.latency_ms > 0 and p.memory_mb > 0
+    assert p.latency_ms > 0 and p.memory_mib > 0
 
 
 def test_gpt2_predicts_with_token_ids():

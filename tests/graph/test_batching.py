@@ -19,7 +19,7 @@ def test_scaled_graph_matches_exported(model):
     # within a few parts per million: a parameter broadcast to the batch (ViT's class token) is a
     # folded weight of batch-1 shape in the scaled graph
     assert a.latency_ms == pytest.approx(b.latency_ms, rel=1e-5)
-    assert a.memory_mb == pytest.approx(b.memory_mb, rel=1e-5)
+    assert a.memory_mib == pytest.approx(b.memory_mib, rel=1e-5)
 
 
 @pytest.mark.parametrize("model", ["resnet18", "vit_tiny_patch16_224"])
@@ -27,8 +27,8 @@ def test_features_of_a_batch_are_its_samples(model):
     """Node and static features are per sample: the same from a graph exported at batch 8 as at 1."""
     import numpy as np
 
-    from dippm_nas.cost.features import node_feature_matrix, node_feature_names, static_features
-    from dippm_nas.cost.table import NodeTable
+    from dippm_nas.cost.learned.features import node_feature_matrix, node_feature_names, static_features
+    from dippm_nas.cost.pipeline.table import NodeTable
 
     g1, g8 = build_graph(model, batch=1), build_graph(model, batch=8)
     one, eight = NodeTable.of(g1), NodeTable.of(g8)

@@ -7,14 +7,14 @@ import io
 
 import pytest
 import torch
+from conftest import estimate_of
 from torch import nn
 
 from dippm_nas import TensorSpec, build_graph
-from dippm_nas.cost.analytical import AnalyticalCostModel
-from dippm_nas.cost.features import node_feature_names, static_features, to_pyg
-from dippm_nas.cost.table import NodeTable
+from dippm_nas.cost.learned.features import node_feature_names, static_features, to_pyg
+from dippm_nas.cost.models.analytical import AnalyticalCostModel
+from dippm_nas.cost.pipeline.table import NodeTable
 from dippm_nas.graph.batching import scale_batch
-from dippm_nas.hardware import get_device
 
 
 def test_small_cnn_nodes_edges_flops_params(small_cnn):
@@ -268,16 +268,15 @@ def test_copies_pytorch_eager_makes_are_nodes():
     assert kinds[-1] == "reshape" and g.nodes[-1].is_view
     for c in copies:  # each copy feeds the operator that needed it, so liveness sees it
         assert any(c.id in g.producers[n.id] for n in g.nodes)
-    node_costs = AnalyticalCostModel().estimate(g, get_device("a100-40gb")).nodes
+    node_costs = estimate_of(AnalyticalCostModel(), g, "a100-40gb").nodes
     assert all(node_costs[c.id].time_ms > 0 and node_costs[c.id].bound != "free" for c in copies)
 
 
 @pytest.mark.parametrize("layers,bidirectional", [(1, True), (2, False)])
 def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirectional):
     """TVM would unroll every time step into elementwise nodes; PyTorch runs one cuDNN call."""
-    from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US, AnalyticalCostModel
+    from dippm_nas.cost.pipeline.roofline import KERNEL_OVERHEAD_US
     from dippm_nas.graph.operators.recurrent import RECURRENT_POINTWISE_FLOPS
-    from dippm_nas.hardware import get_device
 
     steps, batch, d_in, hidden = 20, 4, 32, 48
     with torch.device("meta"):
@@ -293,7 +292,7 @@ def test_lstm_is_one_node_with_textbook_flops_and_a_kernel_count(layers, bidirec
     kernels = layers * dirs * (1 + 2 * steps)
     assert NodeTable.of(graph).kernels.tolist() == [kernels]
     assert node.outputs[0].shape == (batch, steps, dirs * hidden)
-    (cost,) = AnalyticalCostModel().estimate(graph, get_device("rtx4090"), "fp32").nodes
+    (cost,) = estimate_of(AnalyticalCostModel(), graph, "rtx4090", "fp32").nodes
     assert cost.time_ms >= kernels * KERNEL_OVERHEAD_US * 1e-3
 
 
@@ -323,8 +322,8 @@ def test_torch_and_onnx_recurrent_layers_cost_the_same(tmp_path, cls):
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat", "gin"])
 def test_adjacency_and_edge_index_give_the_same_pmgns_output(small_cnn, conv):
     """Training batches graphs through edge_index; one prediction uses the sparse adjacency."""
-    from dippm_nas.cost.features import adjacency, edge_index, node_feature_matrix
-    from dippm_nas.cost.pmgns import PMGNS
+    from dippm_nas.cost.learned.features import adjacency, edge_index, node_feature_matrix
+    from dippm_nas.cost.learned.pmgns_network import PMGNS
 
     torch.manual_seed(0)
     g = build_graph(small_cnn, (3, 8, 8), batch=2)

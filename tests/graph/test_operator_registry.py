@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from dippm_nas import predict
-from dippm_nas.cost.base import NotCovered
+from dippm_nas.cost.estimate import NotCovered
 from dippm_nas.graph import operators
 
 #: The FLOPs the test's operator counts per element written: a polynomial approximation's.
@@ -81,7 +81,7 @@ def test_every_kind_reads_its_rules_from_its_entry():
 def test_the_operator_model_reads_the_kernels_the_registry_declares():
     """The operator model's kernel groups are the kinds of kernel the registry declares, in their order; a kind
     that names a kernel never declared is refused when the registry's table is built, not priced as another."""
-    from dippm_nas.cost.kernel_structure import GEMM_GROUPS, GROUPS, ROW_LOADED_GROUPS
+    from dippm_nas.cost.learned.kernel_structure import GEMM_GROUPS, GROUPS, ROW_LOADED_GROUPS
 
     declared = operators.kernels()
     assert GROUPS == tuple(k.name for k in declared)

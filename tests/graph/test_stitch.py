@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from dippm_nas import build_graph
-from dippm_nas.cost.table import node_table
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.graph.stitch import stitch
 
 
@@ -26,3 +26,5 @@ def test_stitched_blocks_free_what_the_whole_model_frees():
     np.testing.assert_array_equal(node_table(stitched).free_step, node_table(whole).free_step)
     per_block = len(stitched.nodes) // 3
     assert node_table(stitched).free_step[per_block - 1] == 2 * per_block - 1
+    # the sums a prediction reads of every operator come from the blocks' own, and are the whole graph's
+    assert stitched.flops == whole.flops and stitched.float_weight_dtypes == whole.float_weight_dtypes == {"float32"}

@@ -19,5 +19,5 @@ if __name__ == "__main__":
     for _ in range(n):
         candidate = space.sample(study.ask())
         p = cost.score(candidate)
-        results[candidate.signature] = [p.latency_ms, p.energy_j, p.memory_mb]
+        results[candidate.signature] = [p.latency_ms, p.energy_j, p.memory_mib]
     json.dump(results, open(out, "w"))

@@ -13,7 +13,7 @@ import pytest
 
 from dippm_nas.cache.store import CacheFault, GraphCache
 from dippm_nas.cli import main as cli
-from dippm_nas.cost.table import NodeTable, node_table
+from dippm_nas.cost.pipeline.table import NodeTable, node_table
 from dippm_nas.errors import DippmError
 from dippm_nas.integration import HardwareCostModel, HardwareObjective, SearchStopped
 from dippm_nas.integration.block_pool import POOL_FROM
@@ -43,8 +43,9 @@ def test_a_population_scored_in_worker_processes_equals_each_scored_alone(candid
     together = many.score_many(candidates)
     alone = HardwareCostModel("a100-40gb", batch=2)
     for batched, candidate in zip(together, candidates):
-        single = alone.score(candidate)
-        assert all(getattr(batched, f) == getattr(single, f) for f in FIELDS)
+        single = alone.score(candidate)  # the operator network, run over every candidate at once, rounds in float32
+        assert all(getattr(batched, f) == (pytest.approx(getattr(single, f), rel=1e-6) if isinstance(
+            getattr(single, f), float) else getattr(single, f)) for f in FIELDS)
     assert many.featurizer.missing([b for c in candidates for b in c.blocks]) == []
     many.featurizer.pool.close()
 

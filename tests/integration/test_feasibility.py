@@ -55,7 +55,7 @@ def test_fitting_candidates_stay_feasible_and_record_units(space):
     for t in study.trials:
         assert t.state == optuna.trial.TrialState.COMPLETE and is_feasible(t) and t.constraints[FITS_MEMORY] < 0
         a = t.user_attrs
-        assert a["memory_mib"] == a["memory_mb"] == t.values[1] and a["fits"] is True
+        assert a["memory_mib"] == t.values[1] and a["fits"] is True
         assert a["energy_j_per_sample"] == pytest.approx(a["energy_j"] / 8) == t.values[2]
         assert a["mig_profile"] == "1g.5gb" and a["device"] == "a100-40gb:1g.5gb"
 
@@ -75,7 +75,8 @@ def test_report_names_why_there_is_nothing_to_plot(space):
     ({"latency_ms": float("nan")}, "got nan"),
     ({"energy_j": float("inf")}, "energy_j bound must be a finite number above 0 (J per batch), got inf"),
     ({"memory_mib": "4GB"}, "memory_mib bound must be a finite number above 0 (MiB), got '4GB'"),
-    ({"memory_mb": True}, "memory_mb bound"),
+    ({"memory_mib": True}, "memory_mib bound"),
+    ({"mig_margin": 1.5}, "from 0 to 1"),
     ({"mig_margin": -0.1}, "MIG safety margin must be a fraction >= 0"),
 ])
 def test_a_bound_no_candidate_could_meet_is_refused_at_construction(bounds, says):
@@ -121,7 +122,7 @@ def test_a_latency_bound_with_a_mig_profile_is_judged_in_that_slice(space):
 
 
 def test_slice_bounds_need_the_slice_predictions():
-    from dippm_nas.cost import Prediction
+    from dippm_nas.prediction import Prediction
 
     prediction = Prediction(model="m", latency_ms=2.5, energy_j=0.1, memory_mib=900.0, mig_profile="1g.5gb",
                             device="a100-40gb", precision="fp32", batch=8, cost_model="analytical")

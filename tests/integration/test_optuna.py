@@ -94,19 +94,21 @@ def test_mig_constraint_and_filter(cost, space):
     study = _study(objective)
     usable = get_device("a100-40gb").mig_profile("1g.5gb").usable_mib
     for t in study.trials:
-        assert t.constraints["mig:1g.5gb"] == pytest.approx(required_memory(t.user_attrs["memory_mb"]) - usable)
+        assert t.constraints["mig:1g.5gb"] == pytest.approx(required_memory(t.user_attrs["memory_mib"]) - usable)
     slot = get_device("a100-40gb").mig_profile("1g.5gb")
-    expected = {t.number for t in study.trials if fits(slot, t.user_attrs["memory_mb"])}
+    expected = {t.number for t in study.trials if fits(slot, t.user_attrs["memory_mib"])}
     assert {t.number for t in trials_fitting_mig(study, "1g.5gb", "a100-40gb")} == expected
     # at batch 768 only some candidates fit a 1g.5gb slice (at 1024 none does): the filter returns exactly those
     big = HardwareCostModel("a100-40gb", batch=768, cache=cost.cache)
     heavy = _study(HardwareObjective(space, proxy, big, constraints=HardwareConstraints(mig_profiles=("1g.5gb",)),
                                      prune_infeasible=False))
-    fitting = {t.number for t in heavy.trials if fits(slot, t.user_attrs["memory_mb"])}
+    fitting = {t.number for t in heavy.trials if fits(slot, t.user_attrs["memory_mib"])}
     assert 0 < len(fitting) < len(heavy.trials)
     assert ({t.number for t in trials_fitting_mig(heavy, "1g.5gb")} == fitting
             == {t.number for t in heavy.trials if is_feasible(t)})
-    assert trials_fitting_mig(heavy, "1g.5gb", margin=10.0) == []  # an 11x margin fits nothing
+    assert len(trials_fitting_mig(heavy, "1g.5gb", margin=1.0)) <= len(fitting)  # twice the memory: fewer fit
+    with pytest.raises(DippmError, match="from 0 to 1"):  # the margin the command line bounds, bounded here too
+        trials_fitting_mig(heavy, "1g.5gb", margin=10.0)
 
 
 def test_bad_input_clear_errors():
@@ -170,7 +172,7 @@ def test_other_spaces_score(cost):
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
         candidate = space.sample(study.ask())
         p = cost.score(candidate)
-        assert p.latency_ms > 0 and p.memory_mb > 0
+        assert p.latency_ms > 0 and p.memory_mib > 0
         if name == "timm_zoo":
             assert candidate.metadata["top1"] > 60 and candidate.model == "resnet18"
         else:
@@ -183,8 +185,8 @@ def test_cached_and_uncached_predictions_equal(cost, space):
     for _ in range(2):
         candidate = space.sample(study.ask())
         a, b = cost.score(candidate), fresh.score(candidate)
-        assert (a.latency_ms, a.energy_j, a.memory_mb, a.mig_profile) == (
-            b.latency_ms, b.energy_j, b.memory_mb, b.mig_profile)
+        assert (a.latency_ms, a.energy_j, a.memory_mib, a.mig_profile) == (
+            b.latency_ms, b.energy_j, b.memory_mib, b.mig_profile)
 
 
 def test_plain_model_uses_whole_model_cache():

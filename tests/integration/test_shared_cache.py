@@ -49,7 +49,7 @@ def test_two_processes_share_the_cache(tmp_path):
     for _ in range(6):
         candidate = space.sample(study.ask())
         p = cost.score(candidate)
-        assert first[candidate.signature] == [p.latency_ms, p.energy_j, p.memory_mb]
+        assert first[candidate.signature] == [p.latency_ms, p.energy_j, p.memory_mib]
     assert cache.misses["candidate"] == 0 and cache.misses["block"] == 0
 
 

@@ -40,8 +40,8 @@ def _check(study: optuna.Study, expected: int, cache: Path) -> None:
     alone = HardwareCostModel(batch=8)
     for t in trials:
         p = alone.score(space.from_arch(t.user_attrs["architecture"]))
-        assert (t.user_attrs["latency_ms"], t.user_attrs["energy_j"], t.user_attrs["memory_mb"]) == (
-            p.latency_ms, p.energy_j, p.memory_mb)
+        assert (t.user_attrs["latency_ms"], t.user_attrs["energy_j"], t.user_attrs["memory_mib"]) == (
+            p.latency_ms, p.energy_j, p.memory_mib)
         assert t.values[1] == p.latency_ms
     # the shared cache: one row a key, every row readable, one candidate row per architecture
     rows = sqlite3.connect(cache).execute("SELECT key, kind, blob FROM graphs").fetchall()

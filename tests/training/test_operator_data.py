@@ -9,12 +9,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dippm_nas.cost.kernel_structure import GROUPS
-from dippm_nas.cost.operator_cost import kernel_columns, kernel_groups
-from dippm_nas.cost.table import node_table
+from dippm_nas.cost.learned.kernel_structure import GROUPS
+from dippm_nas.cost.pipeline.kernel_times import kernel_columns, kernel_groups
+from dippm_nas.cost.pipeline.table import node_table
 from dippm_nas.graph.model_graph import ModelGraph, operator_node
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.measure.sweep_operators import KINDS
+from dippm_nas.precisions import PRECISIONS
 from dippm_nas.training.operator_data import kernel_view, load_operator_samples, protocol_gaps
 
 
@@ -34,7 +35,7 @@ def test_a_sweep_point_reads_as_the_same_operator_in_a_graph(kind):
         node = KINDS[kind].node(KINDS[kind].sample(rng))
         view = kernel_view(node)
         table = node_table(_one_operator_graph(node))
-        columns = kernel_columns(table, np.full(1, device.fp32_tflops * 1e12), device, "fp32")
+        columns = kernel_columns(table, np.full(1, device.fp32_tflops * 1e12), device, PRECISIONS["fp32"])
         assert GROUPS[int(kernel_groups(table)[0])] == GROUPS[view["group"]]
         assert tuple(columns.gemm[0]) == pytest.approx(view["gemm"])
         assert bool(columns.weight_operand[0]) == view["weight_operand"]
@@ -62,7 +63,7 @@ def test_a_grouped_convolution_gets_no_winograd_candidate_in_training_either():
     grouped = KINDS["conv2d"].node({"n": 1, "c": 512, "k": 512, "h": 91, "r": 3, "s": 1, "g": 512})
     device = get_device("h100-sxm")
     columns = kernel_columns(node_table(_one_operator_graph(grouped)), np.full(1, device.fp32_tflops * 1e12), device,
-                             "fp32")
+                             PRECISIONS["fp32"])
     assert kernel_view(grouped)["winograd"] == bool(columns.winograd[0])
 
 
@@ -72,7 +73,7 @@ def test_the_shipped_operator_model_was_trained_on_what_this_version_reads():
     by, to the last bit; so a change to how measured operators are read cannot pass unseen."""
     import torch
 
-    from dippm_nas.cost.operator_model import load
+    from dippm_nas.cost.learned.operator_network import load
     from dippm_nas.training.operator_training import _Stacked
 
     shipped = load()

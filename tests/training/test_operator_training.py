@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from dippm_nas.training import operator_training
 from dippm_nas.training.operator_data import load_operator_samples
@@ -64,3 +65,23 @@ def test_sweep_points_that_timed_autocast_casts_are_not_learned_from():
         assert (kind, "fp16") not in pairs and (kind, "bf16") not in pairs
         assert (kind, "fp32") in pairs
     assert ("gelu", "fp16") in pairs  # autocast runs it in half, as its row says
+
+
+def test_training_prices_a_record_through_the_stages_a_prediction_runs():
+    """The operator model's loss reads each whole-model record's latency through the same stages, in torch, as a
+    prediction of that record does in numpy: the kernel times with their floor and the host queue."""
+    from dippm_nas.cost.learned.operator_network import load
+    from dippm_nas.cost.models.operators import OperatorCostModel
+    from dippm_nas.cost.pipeline.table import node_table
+    from dippm_nas.graph.batching import scale_batch
+    from dippm_nas.training.dataset import load_graphs
+    from dippm_nas.training.operator_records import record_latencies, record_set
+    from dippm_nas.training.records import load_records, measured_request
+
+    records = [r for r in load_records() if r.device in ("h100-sxm", "rtx4090") and r.batch in (1, 64)][::41][:8]
+    held = record_set(records, progress=lambda line: None)
+    trained = record_latencies(load().network, held, np.arange(len(held))).detach().numpy()
+    graphs = load_graphs({r.graph_key for r in held.records})
+    predicted = [OperatorCostModel().timed(node_table(scale_batch(graphs[r.graph_key], r.batch)),
+                                           measured_request(r)).latency_s for r in held.records]
+    assert len(held) >= 4 and trained == pytest.approx(predicted, rel=1e-5)  # float32 and float64 networks

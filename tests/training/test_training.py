@@ -122,7 +122,7 @@ def small_training_set(small_store):
 
 
 def test_a_feature_reads_no_further_than_training_took_it():
-    from dippm_nas.cost.scaling import FEATURE_CLIP, Scaling
+    from dippm_nas.cost.learned.scaling import FEATURE_CLIP, Scaling
 
     # columns: varied over 0..4; constant (a GPU's spec sheet in a one-GPU training set); one outlier far out
     rows = np.array([[0.0, 3.0, 0.0], [1.0, 3.0, 0.0], [2.0, 3.0, 0.0], [3.0, 3.0, 0.0], [4.0, 3.0, 1e6]])
@@ -142,10 +142,13 @@ def test_a_feature_reads_no_further_than_training_took_it():
 def test_train_save_load_predict(small_training_set, tmp_path):
     from dataclasses import replace
 
+    from conftest import estimate_of
+
     from dippm_nas import build_graph
-    from dippm_nas.cost.learned import NotCovered, PMGNSCostModel, forget_loaded
-    from dippm_nas.cost.pmgns import LATENCY_CURVE_LOG_RATIOS, TARGETS, log_latency
-    from dippm_nas.hardware import get_device
+    from dippm_nas.cost.estimate import NotCovered
+    from dippm_nas.cost.learned.pmgns_network import LATENCY_CURVE_LOG_RATIOS, TARGETS, log_latency
+    from dippm_nas.cost.models import forget_loaded
+    from dippm_nas.cost.models.pmgns import PMGNSCostModel
     from dippm_nas.training.ship import save
     from dippm_nas.training.train import TrainConfig, fit, predict_targets
 
@@ -176,11 +179,12 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     save(a, ts, split.train, tmp_path / "pmgns", {"note": "test"})
     forget_loaded()
     learned = PMGNSCostModel(tmp_path / "pmgns")
+    card = learned.correction.card
     # the card describes the records the model learned from, not the whole data set
-    assert learned.card.families == {ts.records[i].family for i in split.train}
-    assert sum(c for _, c in learned.card.batches) == len(split.train)
+    assert card.families == {ts.records[i].family for i in split.train}
+    assert sum(c for _, c in card.batches) == len(split.train)
     graph = build_graph("resnet18", batch=32)
-    est = learned.estimate(graph, get_device("rtx4090"), "fp16")
+    est = estimate_of(learned, graph, "rtx4090", "fp16")
     assert math.isfinite(est.latency_ms) and est.latency_ms > 0 and est.cost_model.startswith("pmgns")
     assert any("resnet" in n and "was in" in n for n in est.notes)
     # One prediction (dense adjacency, one graph) gives what training's batched path gives the record.
@@ -188,14 +192,14 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     from dippm_nas.inputs import TensorSpec
 
     i = next(i for i, r in enumerate(ts.records)
-             if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.runtime(r.device))
+             if r.model == "vit_tiny_patch16_224" and r.torch == card.runtime(r.device))
     r = ts.records[i]
     one = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
-    single = learned.estimate(one, get_device(r.device), r.precision, r.layout).latency_ms
+    single = estimate_of(learned, one, r.device, r.precision, layout=r.layout).latency_ms
     assert single == pytest.approx(float(predict_targets(a, ts, np.array([i]))[0, 0]), rel=1e-4)
     # a GPU none of its records measured is read through its spec sheet, and says so
-    assert "a100-40gb" not in learned.card.devices
-    unseen = learned.estimate(graph, get_device("a100-40gb"), "fp16")
+    assert "a100-40gb" not in card.devices
+    unseen = estimate_of(learned, graph, "a100-40gb", "fp16")
     assert unseen.cost_model.startswith("pmgns") and unseen.error.group == "pmgns/device"
     assert any("no record of a100-40gb" in n and "spec sheet" in n for n in unseen.notes)
     assert unseen.latency_ms != pytest.approx(est.latency_ms, rel=1e-3)
@@ -203,12 +207,13 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     # only where the configuration applies it (by default it does not: the analytical estimate stays)
     everything = np.arange(len(ts.records))
     save(a, ts, everything, tmp_path / "all", {})
-    card = PMGNSCostModel(tmp_path / "all").card
+    forget_loaded()
+    card = PMGNSCostModel(tmp_path / "all").correction.card
     measured_energy = tuple(sorted({r.device for r in ts.records if r.energy_j is not None}))
     assert measured_energy and card.target_devices["energy_j"] == measured_energy
     assert "memory_mb" not in card.target_devices
     assert set(card.target_devices["latency_ms"]) == {r.device for r in ts.records}
-    on_h100 = PMGNSCostModel(tmp_path / "all").estimate(graph, get_device("h100-sxm"), "fp16")
+    on_h100 = estimate_of(PMGNSCostModel(tmp_path / "all"), graph, "h100-sxm", "fp16")
     assert "energy learned" in on_h100.cost_model and "memory analytical" in on_h100.cost_model
     assert "memory analytical" in est.cost_model and "analytical power x learned time" in est.cost_model
     assert pa[:, 2] == pytest.approx(ts.analytical[split.test, 2])
@@ -218,18 +223,18 @@ def test_train_save_load_predict(small_training_set, tmp_path):
     save(corrects_all, ts, everything, tmp_path / "all", {})
     forget_loaded()
     learned_all = PMGNSCostModel(tmp_path / "all")
-    assert learned_all.card.target_devices["memory_mb"] == measured_energy  # the harness measured both
-    assert "memory learned" in learned_all.estimate(graph, get_device("h100-sxm"), "fp16").cost_model
+    assert learned_all.correction.card.target_devices["memory_mb"] == measured_energy  # the harness measured both
+    assert "memory learned" in estimate_of(learned_all, graph, "h100-sxm", "fp16").cost_model
     with pytest.raises(ValueError, match="corrected_targets"):
         TrainConfig(corrected_targets=("memory_mb",))
     # a precision none of its records measured is read as its stand-in, on its own roofline
-    assert "bf16" not in learned.card.precisions and "fp16" in learned.card.precisions
-    bf16 = learned.estimate(graph, get_device("rtx4090"), "bf16")
+    assert "bf16" not in card.precisions and "fp16" in card.precisions
+    bf16 = estimate_of(learned, graph, "rtx4090", "bf16")
     assert bf16.cost_model.startswith("pmgns") and any("no bf16 record" in n for n in bf16.notes)
     half = np.array([i for i in split.train if ts.records[i].precision == "fp16"])
     save(a, ts, half, tmp_path / "half", {})
     with pytest.raises(NotCovered, match="trained for fp16, not tf32 \\(nor fp32"):  # nor its stand-in
-        PMGNSCostModel(tmp_path / "half").estimate(graph, get_device("rtx4090"), "tf32")
+        estimate_of(PMGNSCostModel(tmp_path / "half"), graph, "rtx4090", "tf32")
     assert Path(tmp_path / "pmgns.safetensors").read_bytes()[:1] != b"\x80"  # not a pickle
 
 
@@ -253,13 +258,15 @@ def test_refit_trains_on_training_and_validation_for_the_chosen_epochs(small_tra
 
 def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_set, tmp_path):
     """Members from different seeds, each refitted for the epochs the first member's early stopping chose;
-    saved and loaded, the fused prediction (members side by side) is the plain networks' and training's."""
+    saved and loaded, a prediction is training's."""
     from dataclasses import replace
 
+    from conftest import estimate_of
+
     from dippm_nas import build_graph
-    from dippm_nas.cost.learned import PMGNSCostModel, forget_loaded
+    from dippm_nas.cost.models import forget_loaded
+    from dippm_nas.cost.models.pmgns import PMGNSCostModel, load
     from dippm_nas.graph.batching import scale_batch
-    from dippm_nas.hardware import get_device
     from dippm_nas.inputs import TensorSpec
     from dippm_nas.training.ship import save
     from dippm_nas.training.train import TrainConfig, fit_split, predict_targets
@@ -277,23 +284,21 @@ def test_an_ensemble_predicts_the_geometric_mean_of_its_members(small_training_s
     save(ensemble, ts, split.train, tmp_path / "pmgns", {})
     forget_loaded()
     learned = PMGNSCostModel(tmp_path / "pmgns")
-    assert len(learned.models) == 2 and learned.fused is not None
+    assert len(load(tmp_path / "pmgns")) == 2
     i = next(i for i, r in enumerate(ts.records)
-             if r.model == "vit_tiny_patch16_224" and r.torch == learned.card.runtime(r.device))
+             if r.model == "vit_tiny_patch16_224" and r.torch == learned.correction.card.runtime(r.device))
     r = ts.records[i]
     graph = scale_batch(build_graph(r.model, TensorSpec((3, r.image_size, r.image_size)), batch=1), r.batch)
-    fused = learned.estimate(replace(graph), get_device(r.device), r.precision, r.layout).latency_ms
-    learned.__dict__["fused"] = None  # the cached property, overridden: the plain networks one by one
-    plain = learned.estimate(replace(graph), get_device(r.device), r.precision, r.layout).latency_ms
-    assert fused == pytest.approx(plain, rel=1e-5)
-    assert fused == pytest.approx(float(predict_targets(ensemble, ts, np.array([i]))[0, 0]), rel=1e-4)
+    predicted = estimate_of(learned, graph, r.device, r.precision, layout=r.layout).latency_ms
+    assert predicted == pytest.approx(float(predict_targets(ensemble, ts, np.array([i]))[0, 0]), rel=1e-4)
 
 
 def test_shipped_weights_load_as_safetensors_and_predict_on_one_thread():
     from dippm_nas import predict
-    from dippm_nas.cost.learned import available, forget_loaded
+    from dippm_nas.cost.learned.card import PMGNS_WEIGHTS, WEIGHTS, weights_available
+    from dippm_nas.cost.models import forget_loaded
 
-    if not available():
+    if not weights_available(PMGNS_WEIGHTS):
         pytest.skip("no shipped weights (run `dippm-nas train`)")
     import torch
 
@@ -306,9 +311,8 @@ def test_shipped_weights_load_as_safetensors_and_predict_on_one_thread():
     assert torch.get_num_threads() == threads  # one thread inside a prediction, the caller's setting after
     assert predict("resnet18", batch=64, device="rtx4090", precision="fp16",
                    cost_model="analytical").cost_model == "analytical"  # still selectable
-    weights = Path(__file__).resolve().parents[2] / "dippm_nas" / "cost" / "weights"
-    for name in ("pmgns", "operators"):
-        assert not (weights / f"{name}.safetensors").read_bytes().startswith(b"\x80")  # safetensors, never a pickle
+    for name in ("pmgns", "operators", "residual"):
+        assert not (WEIGHTS / f"{name}.safetensors").read_bytes().startswith(b"\x80")  # safetensors, never a pickle
 
 
 def test_a_model_without_operators_costs_its_memory_only():
@@ -316,36 +320,14 @@ def test_a_model_without_operators_costs_its_memory_only():
     from torch import nn
 
     from dippm_nas import predict
-    from dippm_nas.cost.base import NotCovered
+    from dippm_nas.cost.estimate import NotCovered
 
     identity = predict(nn.Identity(), (3, 8, 8), batch=2, device="rtx4090", precision="fp16")
     assert identity.latency_ms == identity.energy_j == 0
-    assert identity.memory_mb > 600  # the CUDA context and cuBLAS's workspace all the same
+    assert identity.memory_mib > 600  # the CUDA context and cuBLAS's workspace all the same
     assert identity.answered_by == "operators"
     with pytest.raises(NotCovered, match="Identity runs no operators"):
         predict(nn.Identity(), (3, 8, 8), batch=2, device="rtx4090", precision="fp16", cost_model="pmgns")
-
-
-def test_fused_convolutions_give_the_plain_networks_prediction():
-    """One prediction folds the first convolution into the features' standardisation and stacks each
-    later one's two linear maps, for speed only."""
-    from dataclasses import replace
-
-    from dippm_nas import build_graph
-    from dippm_nas.cost.learned import PMGNSCostModel, available
-    from dippm_nas.hardware import get_device
-
-    if not available():
-        pytest.skip("no shipped weights (run `dippm-nas train`)")
-    learned = PMGNSCostModel()
-    assert learned.fused is not None  # GraphSAGE: fused
-    for name in ("resnet18", "vit_tiny_patch16_224"):
-        graph = build_graph(name, batch=16)
-        fused = learned.estimate(replace(graph), get_device("rtx4090"), "fp16").latency_ms
-        learned.__dict__["fused"] = None  # the cached property, overridden: the plain network
-        plain = learned.estimate(replace(graph), get_device("rtx4090"), "fp16").latency_ms
-        del learned.__dict__["fused"]
-        assert fused == pytest.approx(plain, rel=1e-5)
 
 
 def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training_set, tmp_path):
@@ -399,23 +381,22 @@ def test_evaluate_writes_every_table_plot_and_the_error_breakdown(small_training
 
 
 def test_a_prediction_says_how_far_it_is_from_the_training_data():
-    from dataclasses import replace
 
-    from dippm_nas.cost.card import Card
-    from dippm_nas.cost.learned import coverage_notes
+    from dippm_nas.cost.learned.card import Card
+    from dippm_nas.cost.models.pmgns import coverage_notes
 
-    card = Card(config={}, static_features=[], static_scaling=None, node_scaling=None,
-                devices=("rtx3090",), precisions=("fp16",), families=frozenset({"resnet"}),
-                target_devices={"latency_ms": ("rtx3090",)},
-                torch_versions={"rtx3090": "2.4.0"}, raw={}, batches=((4, 1), (256, 9), (1024, 90)),
-                seen_family_mape=0.039, unseen_family_mape=0.114)
+    raw = {"devices": ["rtx3090"], "precisions": ["fp16"], "families": ["resnet"],
+           "target_devices": {"latency_ms": ["rtx3090"]}, "torch_versions": {"rtx3090": "2.4.0"},
+           "batches": [[4, 1], [256, 9], [1024, 90]], "test_latency": {"mape": 0.039},
+           "held_out_family_latency": {"mape": 0.114}}
+    card = Card(Path("made-up"), raw)
     [seen] = coverage_notes(card, "resnet", 256)
     assert "resnet was in its training data (test MAPE 3.9% on families it saw)" in seen
     unseen, small = coverage_notes(card, "convnext", 8)
     assert "was not in its training data (test MAPE 11.4% on whole timm families held out)" in unseen
     assert small.startswith("batch 8: 99% of its training records have a larger batch (4-1024)")
     assert "smaller batch" in coverage_notes(card, "resnet", 2048)[1]
-    without = replace(card, unseen_family_mape=None, batches=())
+    without = Card(Path("made-up"), {k: v for k, v in raw.items() if k not in ("held_out_family_latency", "batches")})
     assert coverage_notes(without, "convnext", 8) == (
         "PMGNS trained on rtx3090; model family convnext was not in its training data "
         "(its error on unseen families: docs/accuracy.md)",)
@@ -467,11 +448,13 @@ def test_the_residual_corrects_the_operator_model_within_its_bound(small_trainin
     and in prediction, and however far its head is pushed it moves a prediction by at most a factor of two."""
     from dataclasses import replace
 
-    from dippm_nas import build_graph, get_device
-    from dippm_nas.cost.card import OPERATOR_WEIGHTS
-    from dippm_nas.cost.learned import forget_loaded
-    from dippm_nas.cost.operator_cost import OperatorCostModel
-    from dippm_nas.cost.residual import ResidualCostModel
+    from conftest import estimate_of
+
+    from dippm_nas import build_graph
+    from dippm_nas.cost.learned.card import OPERATOR_WEIGHTS
+    from dippm_nas.cost.models import forget_loaded
+    from dippm_nas.cost.models.operators import OperatorCostModel
+    from dippm_nas.cost.models.residual import ResidualCostModel
     from dippm_nas.training.residual_training import (
         RESIDUAL_CONFIG,
         held_out_training_set,
@@ -492,21 +475,21 @@ def test_the_residual_corrects_the_operator_model_within_its_bound(small_trainin
     assert set_regimes([regime], path) == card  # a later run's regimes, the weights as they are
     assert json.loads(card.read_text()) == shipped | {"regimes": [regime]}
     graph = build_graph("resnet18", batch=32)
-    l4 = get_device("l4")  # no operator or record of it was learned from
-    alone = OperatorCostModel().estimate(graph, l4, "fp16")
-    corrected = ResidualCostModel(path).estimate(graph, l4, "fp16")
+    l4 = "l4"  # no operator or record of it was learned from
+    alone = estimate_of(OperatorCostModel(), graph, l4, "fp16")
+    corrected = estimate_of(ResidualCostModel(path), graph, l4, "fp16")
     assert corrected.answered_by == "residual" and any("moved the operator model's" in n for n in corrected.notes)
     top, alone_top = corrected.top_nodes(5), alone.top_nodes(5)  # the operator model's times, scaled alike
     assert [n.node for n in top] == [n.node for n in alone_top] and len(top) == 5
     assert len({round(n.time_ms / m.time_ms, 9) for n, m in zip(top, alone_top)}) == 1
     for push in (50.0, -50.0):
         weights = load_file(str(path.with_suffix(".safetensors")))
-        for prefix in ("0.head.", "fused.heads."):  # the last layer of the head, as trained and as fused
-            last = max(int(k.removeprefix(prefix).split(".")[0]) for k in weights if k.startswith(prefix))
-            weights[f"{prefix}{last}.bias"] = torch.full_like(weights[f"{prefix}{last}.bias"], push)
+        prefix = "0.head."  # the last layer of the head
+        last = max(int(k.removeprefix(prefix).split(".")[0]) for k in weights if k.startswith(prefix))
+        weights[f"{prefix}{last}.bias"] = torch.full_like(weights[f"{prefix}{last}.bias"], push)
         save_file(weights, str(path.with_suffix(".safetensors")))
         forget_loaded()
-        pushed = ResidualCostModel(path).estimate(graph, l4, "fp16").latency_ms
+        pushed = estimate_of(ResidualCostModel(path), graph, l4, "fp16").latency_ms
         assert alone.latency_ms / 2 * (1 - 1e-6) <= pushed <= alone.latency_ms * 2 * (1 + 1e-6)
         assert (pushed > alone.latency_ms * 1.2) if push > 0 else (pushed < alone.latency_ms / 1.2)
     forget_loaded()
@@ -517,7 +500,7 @@ def test_leave_one_gpu_out_scores_the_residual_over_the_operator_model_without_t
                                                                                       monkeypatch, tmp_path):
     """Every record is read through the operator model fitted without its GPU's chip, one fit per chip, and the
     residual held out of a GPU is tested on that GPU's records read the same way."""
-    from dippm_nas.cost.operator_model import load
+    from dippm_nas.cost.learned.operator_network import load
     from dippm_nas.training import operator_training
     from dippm_nas.training.train import TrainConfig
     from dippm_nas.training.transfer import evaluate_transfer

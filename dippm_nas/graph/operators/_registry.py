@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -108,7 +108,7 @@ class Operator:
     """Everything the library knows about one node kind. ``None`` for a rule means the category's
     (``autocast``, ``library``, ``layout``) or none (the per-node hooks).
 
-    Per-node hooks, read once per graph into the cost models' columns (:mod:`dippm_nas.cost.table`):
+    Per-node hooks, read once per graph into the cost models' columns (:mod:`dippm_nas.cost.pipeline.table`):
     ``gemm``: (batches, M, N, K) of the GEMM it runs, as cuBLAS and cuDNN tile it; ``kernel_size``: the
     (height, width) of its window; ``cuda_cores``: whether this node's shapes keep it off the tensor cores
     its category may use; ``nchw_transpose``: the input elements cuDNN transposes to NHWC before it runs
@@ -368,11 +368,7 @@ class KindTable:
     #: the per-node hooks each kind has, by hook name: kind indices
     hooks: Mapping[str, np.ndarray]
 
-    def with_library(self, library: str | None) -> np.ndarray:
-        """A mask over the vocabulary: the kinds whose arithmetic runs in ``library``."""
-        return np.array([lib == library for lib in self.library])
-
-    @property
+    @cached_property
     def has_library(self) -> np.ndarray:
         """A mask over the vocabulary: the kinds a library runs, which may put them on tensor cores."""
         return np.array([lib is not None for lib in self.library])

@@ -1,7 +1,7 @@
 """The kinds of kernel operators run, as the operator-level cost model tells them apart.
 
 Declared in one place and in order, since a kind's position is its column in that model's features
-(:data:`dippm_nas.cost.kernel_structure.GROUPS`, which its card records); each family's category or
+(:data:`dippm_nas.cost.learned.kernel_structure.GROUPS`, which its card records); each family's category or
 operator names the kind its operators run.
 """
 

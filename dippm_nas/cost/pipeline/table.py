@@ -1,14 +1,18 @@
-"""A graph as columns: every per-operator number the learned features and the analytical model read,
-taken from the operators once, with the rules of PyTorch eager, autocast, cuDNN and the caching
+"""The first stage: a graph as columns, every per-operator number the later stages and the learned features
+read, taken from the operators once, with the rules of PyTorch eager, autocast, cuDNN and the caching
 allocator that decide what each operator moves and holds.
 
-PMGNS has to predict in a few milliseconds once the graph exists; walking the operators in Python
-once per consumer (batch-1 copy, node features, roofline, liveness) would cost most of that. Here each
-column is read from the operators (or their tensors) by one C-level pass, ``map`` into ``np.fromiter``,
-with no Python loop per operator; everything after is numpy over the columns. It reads the graph at its
-own batch B and also keeps the per-sample (batch-1) values the features are defined on: every
-activation of rank two or more has B times the elements of its sample, and FLOPs are B times a
-sample's (the inverse of :func:`dippm_nas.graph.batching.scale_batch`).
+A prediction has to take about a millisecond once the graph exists; walking the operators in Python once
+per consumer (batch-1 copy, node features, roofline, liveness) would cost several. Here each column is read
+from the operators (or their tensors) by one C-level pass, ``map`` into ``np.fromiter``, with no Python loop
+per operator; everything after is numpy over the columns. It reads the graph at its own batch B and also
+keeps the per-sample (batch-1) values the features are defined on: every activation of rank two or more has
+B times the elements of its sample, and FLOPs are B times a sample's (the inverse of
+:func:`dippm_nas.graph.batching.scale_batch`).
+
+A table lives as long as its graph (:func:`node_table`), and so do the columns later stages derive from the
+graph and a precision alone (:meth:`NodeTable.derived`): a graph predicted again, on another GPU or MIG
+slice, reads them again, and only what depends on the GPU is computed anew.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from operator import attrgetter
+from typing import TypeVar
 
 import numpy as np
 
@@ -29,6 +34,7 @@ from dippm_nas.graph.tensor import DTYPE_BYTES, EAGER_HOLD, EAGER_INPLACE_OF, dt
 from dippm_nas.precisions import FULL_DTYPE, HALF_FORMATS, autocast_element_sizes
 
 MAX_RANK = 5
+_Derived = TypeVar("_Derived")
 SPATIAL_ATTRS = ("strides", "dilation", "padding", "pool_size")
 #: Operator attributes as numbers: kernel height and width, groups, number of inputs, output rank,
 #: then the first two values of each spatial attribute.
@@ -168,6 +174,18 @@ class NodeTable:
     n_edges: int
     param_count: int
     param_bytes: int
+    def __post_init__(self) -> None:
+        # what later stages derived from the table and a precision alone, by what they derived it for: a cache, no
+        # field of the table
+        object.__setattr__(self, "_derived", {})
+
+    def derived(self, key: Hashable, make: Callable[[], _Derived]) -> _Derived:
+        """``make()``, computed once per ``key`` (a stage's name and the precision it is for) and kept with the
+        table: columns that depend on the graph and the precision alone, whatever the GPU."""
+        found = self._derived.get(key)
+        if found is None:
+            found = self._derived[key] = make()
+        return found
 
     @property
     def half_operands(self) -> np.ndarray:

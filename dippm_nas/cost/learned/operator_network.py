@@ -1,6 +1,6 @@
 r"""The learned operator model: each kernel's time on a GPU from its structure there and the spec sheet.
 
-For every candidate of an operator (:mod:`dippm_nas.cost.kernel_structure`: a tile, Winograd, or one pass
+For every candidate of an operator (:mod:`dippm_nas.cost.learned.kernel_structure`: a tile, Winograd, or one pass
 of bytes), a small perceptron reads the candidate's features and gives the share of the unit's peak
 :math:`u_c` and of the memory bandwidth :math:`u_m` the kernel achieves, both in (0, 1], and a fixed time
 :math:`t_0` (the kernel's start and its ramp):
@@ -11,7 +11,7 @@ of bytes), a small perceptron reads the candidate's features and gives the share
     f = 1 - s(t) \Big(1 - \min\big(1, (h / k)^{a}\big)\Big)
 
 where :math:`f` is the share of its boost clock the GPU sustains: :math:`h` is its power headroom for the
-unit (TDP over peak and process, :func:`~dippm_nas.cost.kernel_structure.power_headroom`), :math:`k` and
+unit (TDP over peak and process, :func:`~dippm_nas.cost.learned.kernel_structure.power_headroom`), :math:`k` and
 :math:`a` are learned per unit (CUDA cores, tensor cores), and :math:`s` rises from 0 to 1 as the kernel
 outlasts the time the GPU's power management lets it run at boost (learned too). An operator's time is
 its fastest candidate's, as the library picks the fastest kernel; since :math:`u_c, u_m, f \le 1`, no
@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from dippm_nas.cost.analytical import KERNEL_OVERHEAD_US
-from dippm_nas.cost.card import OPERATOR_WEIGHTS, read_card
-from dippm_nas.cost.kernel_structure import FEATURE_NAMES, GROUPS, NAMED_TILE, UNITS, KernelColumns, candidates
-from dippm_nas.cost.threads import one_thread
+from dippm_nas.cost.learned.card import OPERATOR_WEIGHTS, read_card
+from dippm_nas.cost.learned.kernel_structure import FEATURE_NAMES, GROUPS, NAMED_TILE, UNITS, KernelColumns, candidates
+from dippm_nas.cost.learned.threads import one_thread
+from dippm_nas.cost.pipeline.roofline import KERNEL_OVERHEAD_US
 from dippm_nas.hardware.registry import Device
 
 #: The width of the perceptron's two hidden layers.
@@ -92,7 +92,7 @@ class OperatorNetwork(nn.Module):
 
 @dataclass(frozen=True, eq=False)
 class CandidateTensors:
-    """A :class:`~dippm_nas.cost.kernel_structure.Candidates` as torch tensors, and the segment of each
+    """A :class:`~dippm_nas.cost.learned.kernel_structure.Candidates` as torch tensors, and the segment of each
     operator's candidates."""
 
     operator: torch.Tensor

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dippm_nas.cost.table import MAX_RANK, SHAPE_COLUMNS, NodeTable, node_table
+from dippm_nas.cost.pipeline.table import MAX_RANK, SHAPE_COLUMNS, NodeTable, node_table
 from dippm_nas.graph import operators
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.operators.elementwise import RELU

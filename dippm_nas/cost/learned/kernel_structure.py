@@ -1,5 +1,5 @@
 r"""How an operator's kernel uses a GPU: its tiles and waves over the SMs, the bytes it must move, the
-clock the GPU sustains, as numbers the learned operator model reads (:mod:`dippm_nas.cost.operator_model`).
+clock the GPU sustains, as numbers the learned operator model reads (:mod:`dippm_nas.cost.learned.operator_network`).
 
 An operator is a row of :class:`KernelColumns`, whatever it comes from (a graph's operators, a sweep's
 points, NeuSight's corpus). Each GEMM-class operator (a matrix product, an implicit-GEMM convolution,
@@ -49,9 +49,10 @@ CUDA_CORE_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (128, 32), (32, 1
 TENSOR_CORE_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
 CUDA_CORE_K_STEP, TENSOR_CORE_K_STEP = 8, 32
 #: Winograd F(2x2, 3x3) needs 2.25 times fewer multiplications than a direct 3x3 convolution; its
-#: transforms read and write the activations about twice as often.
+#: transforms read and write the activations about twice as often; its kernels' output tiles.
 WINOGRAD_FLOP_SAVING = 2.25
 WINOGRAD_EXTRA_TRAFFIC = 2.0
+WINOGRAD_TILES = ((128, 128), (128, 64))
 #: Threads an SM holds at once: the slots an elementwise kernel fills wave after wave.
 THREADS_PER_SM = 2048
 #: Bytes the rows of a GEMM's operands must be a multiple of for the tensor cores' 16-byte vector loads: a
@@ -158,18 +159,21 @@ def _log2p(x: np.ndarray) -> np.ndarray:
     return np.log2(1.0 + np.maximum(x, 0.0))
 
 
+def _tiled(index: np.ndarray, kind: int, tiles: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, ...]:
+    """The candidates of each operator at ``index``, one per tile, operator by operator."""
+    shapes = np.asarray(tiles, dtype=np.float64)
+    return (np.repeat(index, len(shapes)), np.full(len(index) * len(shapes), kind), np.tile(shapes[:, 0], len(index)),
+            np.tile(shapes[:, 1], len(index)))
+
+
 def _expand(columns: KernelColumns, use_named_tiles: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Candidate rows as (operator, kind, tile rows, tile columns)."""
-    parts = []
+    """Candidate rows as (operator, kind, tile rows, tile columns), ordered by operator and, within one, as the
+    parts come: its tiles, Winograd's, the tile its measurement names, one pass of bytes."""
     gemm_like = np.isin(columns.group, [GROUPS.index(g) for g in GEMM_GROUPS]) & (columns.gemm > 0).all(axis=1)
     tensor = columns.unit > 0
-    for tiles, on in ((CUDA_CORE_TILES, gemm_like & ~tensor), (TENSOR_CORE_TILES, gemm_like & tensor)):
-        index = np.flatnonzero(on)
-        for tm, tn in tiles:
-            parts.append((index, np.full(len(index), TILED), np.full(len(index), tm), np.full(len(index), tn)))
-    wino = np.flatnonzero(gemm_like & ~tensor & columns.winograd)
-    for tm, tn in ((128, 128), (128, 64)):
-        parts.append((wino, np.full(len(wino), WINOGRAD), np.full(len(wino), tm), np.full(len(wino), tn)))
+    parts = [_tiled(np.flatnonzero(gemm_like & ~tensor), TILED, CUDA_CORE_TILES),
+             _tiled(np.flatnonzero(gemm_like & tensor), TILED, TENSOR_CORE_TILES),
+             _tiled(np.flatnonzero(gemm_like & ~tensor & columns.winograd), WINOGRAD, WINOGRAD_TILES)]
     if use_named_tiles and columns.named_tile is not None:
         named = np.flatnonzero(gemm_like & (columns.named_tile[:, 0] > 0))
         parts.append((named, np.full(len(named), NAMED_TILE), columns.named_tile[named, 0],

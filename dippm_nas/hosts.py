@@ -1,22 +1,17 @@
-"""The host's share of eager latency: how long the CPU takes to issue each operator, and the execution
-modes that pay it or not.
+"""The hosts that issue eager PyTorch's operators: how long the CPU takes to issue each one.
 
 Eager PyTorch issues operators from one host thread (Python, the dispatcher, autocast's casts, the
 launch), and the GPU starts an operator only once it is issued, so at small batches the latency is the
-host's (:func:`dippm_nas.cost.analytical.queued_latency`). That time belongs to the host's CPU, the
-framework and the precision mode, not to the GPU: it is a :class:`HostProfile` of its own, named and
-chosen apart from the device. Under CUDA graphs the whole forward pass is one launch, and no operator
-waits on the host.
+host's (:mod:`dippm_nas.cost.pipeline.host_queue`). That time belongs to the host's CPU, the framework and
+the precision mode, not to the GPU: it is a :class:`HostProfile` of its own, named and chosen apart from the
+device, one table like the precisions'.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from dippm_nas.errors import DippmError, suggest
-from dippm_nas.modes import DEFAULT_MODE, check_mode
 
 
 @dataclass(frozen=True)
@@ -40,9 +35,12 @@ class HostProfile:
         """Microseconds to issue one operator, under autocast where ``half``."""
         return self.autocast_operator_us if half and self.autocast_operator_us is not None else self.operator_us
 
-    def seconds(self, is_view: np.ndarray, half: bool) -> np.ndarray:
-        """Per operator, the host's seconds to issue it in eager mode (``is_view``: no kernel)."""
-        return np.where(is_view, self.view_us, self.issue_us(half)) * 1e-6
+    def scaled(self, factor: float, why: str) -> HostProfile:
+        """The same host with every issue time times ``factor`` (a calibration's fit of the user's host)."""
+        autocast = None if self.autocast_operator_us is None else self.autocast_operator_us * factor
+        return HostProfile(f"{self.name}, calibrated", operator_us=self.operator_us * factor,
+                           view_us=self.view_us * factor, autocast_operator_us=autocast,
+                           description=f"{self.description}; {why}")
 
 
 #: Known hosts; ``h100-harness`` is the default: the CPUs of the H100 machines the harness measured on
@@ -71,18 +69,3 @@ def get_host_profile(host: str | HostProfile | None = None) -> HostProfile:
         raise DippmError(f"unknown host profile {name!r}; known: {', '.join(HOST_PROFILES)}."
                          + suggest(name, HOST_PROFILES))
     return HOST_PROFILES[name]
-
-
-def host_seconds(is_view: np.ndarray, half: bool, mode: str = DEFAULT_MODE,
-                 host: str | HostProfile | None = None) -> np.ndarray:
-    """Per operator, what the host adds before the GPU may start it: the profile's dispatch time in
-    eager mode, nothing under CUDA graphs.
-
-    >>> host_seconds(np.array([False, True]), half=True).tolist()
-    [3.4e-05, 1.4e-05]
-    >>> host_seconds(np.array([False, True]), half=False, mode="cuda-graphs").tolist()
-    [0.0, 0.0]
-    """
-    if check_mode(mode) == "cuda-graphs":
-        return np.zeros(len(is_view))
-    return get_host_profile(host).seconds(is_view, half)

@@ -11,7 +11,7 @@ latencies pin down what the spec sheet cannot say, without a correction per mode
   whose time is the bandwidth they achieve;
 - ``host_scale``: the host's time to issue one eager operator over the default host profile's;
 - ``idle_w`` and ``busy_w``, where the rows measured energy: the watts the GPU draws while it waits and
-  per second of the roofline's busy time (:func:`~dippm_nas.cost.analytical.energy_j`), in place of the
+  per second of the roofline's busy time (:func:`~dippm_nas.cost.pipeline.power.energy_j`), in place of the
   spec sheet's share of its TDP and its TDP. The busy power may exceed the TDP: a GPU that sustains less
   than its peak works longer than the roofline's busy seconds;
 - ``runtime_mib`` and ``reserve_scale``, where the rows measured memory: what the process holds outside
@@ -27,24 +27,20 @@ out of it.
 The file is JSON a person can read: the device, precision and mode it holds for, the project version that
 fitted it, the three scales and which of them the rows freed, the powers, every row it came from with the
 prediction before and after, and the leave-one-out errors (each row predicted by a fit of the others),
-which the calibrated predictions cite as their latency, energy and memory errors.
+which the calibrated predictions cite as their latency, energy and memory errors. This module is the file and
+its checks; the calibrated cost model (:mod:`dippm_nas.cost.models.calibrated`) applies it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from dippm_nas.cost.analytical import energy_j
-from dippm_nas.cost.base import Estimate, MemoryBreakdown
-from dippm_nas.cost.error_table import ErrorFigure
-from dippm_nas.cost.host import HostProfile
 from dippm_nas.errors import DippmError
 from dippm_nas.hardware.registry import Device
+from dippm_nas.hosts import HostProfile
 
 #: The format of a calibration file; a file of another format is refused with what to do.
 FORMAT = 1
@@ -80,16 +76,6 @@ class CalibrationRow:
     memory_left_out_mib: float | None = None
 
 
-def memory_terms(memory: MemoryBreakdown, counts_modules: bool = True) -> tuple[float, float, float]:
-    """The three terms (MiB) of a measured memory that a calibration weighs apart: the runtime's memory
-    outside the allocator (the context, and the kernels' modules where the measure counts them: NVML's figure
-    for the process does, the harness's first protocol's context plus reserved does not), the weights, and
-    the allocator's reserve beyond the weights."""
-    runtime = memory.context_mib + (memory.modules_mib if counts_modules else 0.0)
-    reserve = memory.activations_mib + memory.workspace_mib + memory.allocator_mib
-    return runtime, memory.weights_mib, reserve
-
-
 @dataclass(frozen=True)
 class Calibration:
     """The fitted parameters of :data:`PARAMETERS` for one device, precision and execution mode."""
@@ -120,15 +106,19 @@ class Calibration:
     @property
     def left_out_mape(self) -> float:
         """The mean absolute percentage error of each row predicted by the fit of the others (a fraction)."""
+        import numpy as np  # loaded when read: a command checks a calibration's arguments before numpy loads
+
         return float(np.mean(self._left_out_errors()))
 
     @property
     def left_out_median(self) -> float:
         """The median of the same errors."""
+        import numpy as np
+
         return float(np.median(self._left_out_errors()))
 
-    def _left_out_errors(self) -> np.ndarray:
-        return np.array([abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows])
+    def _left_out_errors(self) -> list[float]:
+        return [abs(r.left_out_ms / r.latency_ms - 1) for r in self.rows]
 
     @property
     def energy_left_out_mape(self) -> float | None:
@@ -152,28 +142,6 @@ class Calibration:
         """The rows that measured memory."""
         return tuple(r for r in self.rows if r.memory_mib is not None)
 
-    def memory(self, breakdown: MemoryBreakdown) -> MemoryBreakdown:
-        """``breakdown`` with the fitted memory outside the allocator (its context and modules in their
-        proportion) and the allocator's reserve scaled; unchanged where the rows fitted no memory."""
-        if self.runtime_mib is None or self.reserve_scale is None:
-            return breakdown
-        share = self.runtime_mib / (breakdown.context_mib + breakdown.modules_mib)
-        scale = self.reserve_scale
-        return replace(breakdown, context_mib=breakdown.context_mib * share, modules_mib=breakdown.modules_mib * share,
-                       activations_mib=breakdown.activations_mib * scale,
-                       workspace_mib=breakdown.workspace_mib * scale, allocator_mib=breakdown.allocator_mib * scale)
-
-    def adjusted(self, estimate: Estimate, latency_s: float, busy_s: float, device: Device) -> Estimate:
-        """``estimate`` (of the calibrated kernel and host times: ``latency_s``, and the roofline's ``busy_s``)
-        with the energy of the fitted power and the fitted memory, where the rows fitted them."""
-        powers = self.powers(device)
-        if powers:
-            estimate = replace(estimate, energy_j=energy_j(latency_s, busy_s, *powers))
-        if estimate.memory is not None:
-            memory = self.memory(estimate.memory)
-            estimate = replace(estimate, memory=memory, memory_mib=memory.total_mib)
-        return estimate
-
     def powers(self, device: Device) -> tuple[float, float] | None:
         """The fitted idle and busy watts on ``device`` (a MIG slice draws its share of the whole GPU's, as
         its TDP does), or None where the rows measured too little energy to fit them."""
@@ -190,19 +158,9 @@ class Calibration:
                 raise DippmError(f"this calibration is for {what} {mine}, the prediction is asked for {asked}: "
                                  f"predict with --{what} {mine}, or calibrate {asked} with `dippm-nas calibrate`.")
 
-    def scale_times(self, time_s: np.ndarray, gemm_class: np.ndarray) -> np.ndarray:
-        """Each operator's GPU seconds with the GEMM-class kernels and the others scaled."""
-        return time_s * np.where(gemm_class, self.gemm_scale, self.memory_scale)
-
-    def host_profile(self) -> HostProfile:
-        """The host it was fitted on: its base profile with every operator's issue time scaled."""
-        from dippm_nas.cost.host import get_host_profile
-
-        base = get_host_profile(self.host)
-        autocast = None if base.autocast_operator_us is None else base.autocast_operator_us * self.host_scale
-        return HostProfile(f"{base.name}, calibrated", operator_us=base.operator_us * self.host_scale,
-                           view_us=base.view_us * self.host_scale, autocast_operator_us=autocast,
-                           description=f"{base.description}; issue times scaled by {self.host_scale:.3g}")
+    def fitted_host(self, base: HostProfile) -> HostProfile:
+        """The host it was fitted on: ``base`` (its :attr:`host` profile) with every operator's issue time scaled."""
+        return base.scaled(self.host_scale, f"issue times scaled by {self.host_scale:.3g}")
 
     def note(self) -> str:
         """The line a calibrated prediction carries."""
@@ -213,17 +171,6 @@ class Calibration:
         return (f"calibrated on {len(self.rows)} measured rows of {self.device} ({self.source}), fitted: {self.fit}; "
                 f"GEMM-class kernels x{self.gemm_scale:.3g}, the others x{self.memory_scale:.3g}, the host's issue "
                 f"time x{self.host_scale:.3g}{energy}{memory}")
-
-    def error(self) -> ErrorFigure:
-        """The leave-one-out errors, as the latency (energy, memory) error a calibrated prediction cites."""
-        batches = [r.batch for r in self.rows]
-        metered = sum(1 for r in self.rows if (r.energy_j is not None and self.idle_w is not None)
-                      or (r.memory_mib is not None and self.runtime_mib is not None))
-        return ErrorFigure(cost_model=self.cost_model, mape=self.left_out_mape, median_ape=self.left_out_median,
-                           records=len(self.rows), group="calibration", devices=(self.device,),
-                           precisions=(self.precision,), batch_min=min(batches), batch_max=max(batches),
-                           energy_mape=self.energy_left_out_mape, memory_mape=self.memory_left_out_mape,
-                           target_records=metered)
 
     def to_json(self) -> str:
         """The file's text: every field, the rows, and the leave-one-out error for a person to read."""
@@ -242,6 +189,8 @@ class Calibration:
 
 def _left_out_mape(rows: tuple[CalibrationRow, ...], measured: str, left_out: str) -> float:
     """The MAPE of the rows' ``left_out`` predictions of their ``measured`` values."""
+    import numpy as np
+
     return float(np.mean([abs(getattr(r, left_out) / getattr(r, measured) - 1) for r in rows]))
 
 
