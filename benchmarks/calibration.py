@@ -25,16 +25,13 @@ import argparse
 import random
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.cache.location import cache_dir
 from dippm_nas.calibration import Calibration
-from dippm_nas.cost.base import MemoryBreakdown
+from dippm_nas.cost.estimate import MemoryBreakdown
 from dippm_nas.cost.learned.kernel_structure import GROUPS
 from dippm_nas.cost.models.calibrated import LatencyParts, calibrated_memory, memory_terms
-from dippm_nas.cost.models.operators import OperatorCostModel
 from dippm_nas.cost.pipeline.host_queue import queued_latency
 from dippm_nas.cost.pipeline.kernel_times import kernel_groups
 from dippm_nas.cost.pipeline.memory import memory
@@ -44,6 +41,7 @@ from dippm_nas.graph.batching import scale_batch
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.precisions import PRECISIONS
 from dippm_nas.request import Request
+from dippm_nas.training.calibration_check import held_out_operator_model
 from dippm_nas.training.calibration_fit import (
     PRIOR_WEIGHTS,
     MeasuredRow,
@@ -66,25 +64,6 @@ def regime(batch: int) -> str:
     return f"batch <= {HOST_BOUND_BATCH}" if batch <= HOST_BOUND_BATCH else f"batch > {HOST_BOUND_BATCH}"
 
 
-def held_out_model(gpu: str, folder: Path) -> OperatorCostModel:
-    """The operator model trained without ``gpu`` and the GPUs of its chip, trained now if not kept."""
-    from dippm_nas.training.operator_training import chip_of
-
-    fold = chip_of(gpu)
-    path = folder / f"operators-without-{'+'.join(fold)}"
-    if not (path.with_suffix(".json").exists() or path.exists()):
-        from dippm_nas.training.operator_data import load_operator_samples
-        from dippm_nas.training.operator_records import record_set, training_records
-        from dippm_nas.training.operator_training import fit_without
-
-        print(f"training the operator model without {', '.join(fold)} (kept at {path})", file=sys.stderr)
-        samples = load_operator_samples()
-        records = record_set(training_records(load_records(), 0))
-        folder.mkdir(parents=True, exist_ok=True)
-        fit_without(fold, samples, records).save(path)
-    return OperatorCostModel(path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", default="h200,h100-sxm")
@@ -92,7 +71,6 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=10, help="rows a calibration is fitted on (default: 10)")
     parser.add_argument("--seeds", type=int, default=5, help="draws of those rows, seeds 0 to N-1 (default: 5)")
     args = parser.parse_args()
-    folder = (cache_dir() or Path(".")) / "held-out"
     records = [r for r in load_records() if r.latency_ms]
     graphs = load_graphs({r.graph_key for r in records})
 
@@ -101,7 +79,7 @@ def main() -> int:
           f"{'calibrated':>10}  scales (GEMM-class, others, host); power (idle, busy W); memory (MiB outside the "
           "allocator, reserve scale)")
     for gpu in args.gpus.split(","):
-        model = held_out_model(gpu, folder)
+        model = held_out_operator_model(gpu)
         device = get_device(gpu)
         for precision in args.precisions.split(","):
             mine = [r for r in records if r.device == gpu and r.precision == precision and r.graph_key in graphs]
@@ -237,7 +215,7 @@ def _percent(fraction: float) -> str:
 def _memory_mape(records: list[Record], breakdowns: dict[int, MemoryBreakdown],
                  calibration: Calibration | None = None) -> float:
     """The memory MAPE of ``records`` as the analytical model (with ``calibration``'s memory, where given)
-    predicts what each measured (:func:`~dippm_nas.calibration.memory_terms`: NVML's figure for the
+    predicts what each measured (:func:`~dippm_nas.cost.models.calibrated.memory_terms`: NVML's figure for the
     process, or the first protocol's context plus reserved); nan where there are none."""
     if not records:
         return float("nan")

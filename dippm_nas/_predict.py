@@ -16,6 +16,9 @@ from tqdm import tqdm
 
 from dippm_nas.cache.models import cached_graph
 from dippm_nas.cost import Estimate, get_cost_model
+from dippm_nas.cost.error_table import CALIBRATION_GROUP
+from dippm_nas.cost.pipeline.notes import layout_note
+from dippm_nas.cost.pipeline.power import slice_energy_note
 from dippm_nas.cost_model_names import AUTO
 from dippm_nas.errors import DippmError
 from dippm_nas.graph.model_graph import ModelGraph
@@ -23,7 +26,7 @@ from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, mig_choice, required_memo
 from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, Device
 from dippm_nas.hosts import HostProfile
 from dippm_nas.inputs import DEFAULT_BATCH, InputLike, check_batch
-from dippm_nas.modes import DEFAULT_MODE
+from dippm_nas.modes import DEFAULT_MODE, EAGER_RECORDS, MODE_NOTES
 from dippm_nas.prediction import Prediction
 from dippm_nas.request import CalibrationLike, Request
 
@@ -110,16 +113,23 @@ def _prediction(graph: ModelGraph, request: Request, estimate: Estimate, precisi
         choice = mig_choice(estimate.memory_mib, gpu, margin)
         profile, reason = choice.profile, choice.reason
     memory_note = () if fits_memory else (_out_of_memory_note(estimate, gpu, graph.batch, margin),)
-    error_note = (estimate.error.note,) if estimate.error else ()
-    notes = memory_note + precision_notes + tuple(graph.warnings) + estimate.notes + error_note
+    error = estimate.error
+    if error is not None and request.mode != DEFAULT_MODE and error.group != CALIBRATION_GROUP:
+        error = replace(error, widened=(*error.widened, EAGER_RECORDS))  # a calibration's rows are of its mode
+    error_note = (error.note,) if error else ()
+    mode_note = (MODE_NOTES[request.mode],) if request.mode in MODE_NOTES else ()
+    slice_note = (slice_energy_note(gpu),) if gpu.slice_of else ()
+    notes = (memory_note + precision_notes + tuple(graph.warnings) + layout_note(graph, request)
+             + estimate.notes + mode_note + slice_note + error_note)
     return Prediction(
         model=graph.name, latency_ms=estimate.latency_ms, energy_j=estimate.energy_j,
         memory_mib=estimate.memory_mib, mig_profile=profile, device=gpu.key,
         precision=request.precision.name, batch=graph.batch, cost_model=estimate.cost_model,
         answered_by=estimate.answered_by, layout=request.layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
-        notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=estimate.error,
-        mode=request.mode, host=request.host.name if request.mode == "eager" else "", estimate=estimate,
+        notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=error,
+        mode=request.mode, host=request.host.name if request.mode == "eager" else "",
+        host_share=estimate.host_share, estimate=estimate,
     )
 
 

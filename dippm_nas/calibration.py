@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from dippm_nas.errors import DippmError
 from dippm_nas.hardware.registry import Device
 from dippm_nas.hosts import HostProfile
+from dippm_nas.user_files import read_user_text
 
 #: The format of a calibration file; a file of another format is refused with what to do.
 FORMAT = 1
@@ -201,7 +202,7 @@ def load_calibration(path: str | Path) -> Calibration:
         raise DippmError(f"no calibration file at {path}: write one with `dippm-nas calibrate MEASUREMENTS.csv "
                          "--device GPU --out PROFILE.json`.")
     try:
-        data = json.loads(file.read_text())
+        data = json.loads(read_user_text(file, "the calibration file"))
         if data.get("format") != FORMAT:
             raise DippmError(f"{path} is a calibration of format {data.get('format')!r}; this version reads format "
                              f"{FORMAT}: calibrate again with `dippm-nas calibrate`.")
@@ -215,10 +216,48 @@ def load_calibration(path: str | Path) -> Calibration:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise DippmError(f"{path} is not a calibration file of dippm-nas ({type(exc).__name__}: {exc}); write one "
                          "with `dippm-nas calibrate`.") from None
-    scales = [getattr(calibration, name) for name in PARAMETERS]
-    scales += [v for v in (calibration.idle_w, calibration.busy_w, calibration.runtime_mib, calibration.reserve_scale)
-               if v is not None]
-    if not rows or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in scales):
-        raise DippmError(f"{path} holds no rows or a scale or power that is not a finite number above 0: calibrate "
-                         "again.")
+    _check_values(path, calibration)
     return calibration
+
+
+#: The widest factor a scale may take either way: beyond it a row is more likely wrong than the GPU odd.
+LARGEST_SCALE = 8.0
+#: The ranges of a calibration's other numbers: watts a GPU can draw, MiB a process can hold outside the
+#: allocator, and any measured row's milliseconds, joules and MiB.
+PLAUSIBLE = {"idle_w": (0.1, 10_000.0), "busy_w": (0.1, 10_000.0), "runtime_mib": (1.0, 65_536.0),
+             "reserve_scale": (1 / LARGEST_SCALE, LARGEST_SCALE)}
+ROW_PLAUSIBLE = {"ms": (1e-4, 1e7), "j": (1e-9, 1e7), "mib": (1.0, 4_194_304.0)}
+
+
+def _check_values(path: str | Path, calibration: Calibration) -> None:
+    """Every number of a calibration file finite and in its range, as strictly as a devices file's: a scale within
+    :data:`LARGEST_SCALE` of 1 either way, the powers and the memory in :data:`PLAUSIBLE`, every row's numbers."""
+    from dippm_nas.modes import EXECUTION_MODES
+    from dippm_nas.precisions import PRECISIONS
+
+    def bad(what: str, value: object, low: float, high: float) -> bool:
+        return isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not (
+            low <= value <= high)
+
+    problems = [f"{name} is {getattr(calibration, name)!r} (a factor from {1 / LARGEST_SCALE:g} to {LARGEST_SCALE:g})"
+                for name in PARAMETERS if bad(name, getattr(calibration, name), 1 / LARGEST_SCALE, LARGEST_SCALE)]
+    problems += [f"{name} is {value!r} (from {low:g} to {high:g})" for name, (low, high) in PLAUSIBLE.items()
+                 if (value := getattr(calibration, name)) is not None and bad(name, value, low, high)]
+    if calibration.idle_w is not None and calibration.busy_w is not None and not problems \
+            and calibration.idle_w > calibration.busy_w:
+        problems.append(f"idle_w ({calibration.idle_w:g} W) is above busy_w ({calibration.busy_w:g} W)")
+    if calibration.precision not in PRECISIONS or calibration.mode not in EXECUTION_MODES:
+        problems.append(f"precision {calibration.precision!r} or mode {calibration.mode!r} is none this version knows")
+    if not calibration.rows:
+        problems.append("it holds no rows")
+    for number, row in enumerate(calibration.rows, start=1):
+        for field in fields(row):
+            value = getattr(row, field.name)
+            unit = field.name.rsplit("_", 1)[-1]
+            if unit in ROW_PLAUSIBLE and value is not None and bad(field.name, value, *ROW_PLAUSIBLE[unit]):
+                problems.append(f"row {number}'s {field.name} is {value!r}")
+        if isinstance(row.batch, bool) or not isinstance(row.batch, int) or row.batch < 1:
+            problems.append(f"row {number}'s batch is {row.batch!r}")
+    if problems:
+        raise DippmError(f"{path} is no calibration this version can use: {'; '.join(problems[:3])}"
+                         f"{' and more' if len(problems) > 3 else ''}; calibrate again with `dippm-nas calibrate`.")

@@ -22,3 +22,15 @@ def check_mode(mode: str) -> str:
         raise DippmError(f"unknown execution mode {mode!r}; known: {', '.join(EXECUTION_MODES)}."
                          + suggest(key, EXECUTION_MODES))
     return key
+
+
+#: What a prediction assumes of each mode but eager, as its note says it.
+MODE_NOTES = {
+    "cuda-graphs": "cuda-graphs: priced as one replay of the captured forward pass, its kernels launched back to back "
+                   "with no host time between them; the capture, its warm-up and the copy of new inputs into its "
+                   "static tensors are not priced. The memory is eager's: the graph's private memory pool, which "
+                   "holds the activations again where the warm-up's cached blocks are kept (no "
+                   "torch.cuda.empty_cache() after it), is not priced",
+}
+#: What a latency error measured on eager timings says under another mode.
+EAGER_RECORDS = "these records are eager timings: no forward pass replayed as a CUDA graph was held out"

@@ -19,6 +19,7 @@ UNITS: dict[str, str] = {
     "gflops": "GFLOPs for one inference of the whole batch",
     "params_m": "millions of parameters",
     "host": "the host profile whose per-operator dispatch time eager mode pays ('' under cuda-graphs)",
+    "host_share": "the host's time to issue the operators as a fraction of the latency (0 under cuda-graphs)",
 }
 
 
@@ -60,6 +61,9 @@ class Prediction:
     #: How the forward pass is issued: ``eager`` (from the host, ``host`` names its profile) or ``cuda-graphs``.
     mode: str = DEFAULT_MODE
     host: str = ""
+    #: The host's time to issue the operators over the latency: near 1 the latency is the host's, the same for
+    #: models whose GPU work differs (:attr:`Estimate.host_share`).
+    host_share: float = 0.0
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -67,6 +67,8 @@ class Request:
         cost_model = check_cost_model(cost_model)
         gpu = get_device(device)
         asked = precision_named(precision) if precision is not None else None
+        if asked is not None:
+            gpu.runs(asked)  # a precision PyTorch does not run on the GPU: said before the model is built
         layout = check_layout(layout)
         mig_margin = check_mig_margin(mig_margin)
         mode = check_mode(mode)
@@ -101,11 +103,14 @@ class Request:
 
     def resolved(self, graph: ModelGraph) -> tuple[ModelGraph, Request, tuple[str, ...]]:
         """The graph the request prices (cast once where the precision casts the model's weights), the request at
-        the precision the graph runs at, and the notes that say what was decided
-        (:func:`~dippm_nas.graph.cast.graph_at_precision`). A calibration must hold for that precision too."""
+        the precision the graph runs at on its GPU, and the notes that say what was decided
+        (:func:`~dippm_nas.graph.cast.graph_at_precision`, :meth:`~dippm_nas.hardware.Device.runs`). A calibration
+        must hold for that precision too."""
         from dippm_nas.graph.cast import graph_at_precision  # numpy loads with the graph, not with the arguments
 
         graph, precision, notes = graph_at_precision(graph, self.precision)
+        precision, on_gpu = self.gpu.runs(precision)
+        notes += on_gpu
         if precision is self.precision:
             return graph, self, notes
         if self.calibration is not None:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from dippm_nas.errors import DippmError, suggest
@@ -54,15 +55,23 @@ def register_search_space(space: type[SearchSpace]) -> None:
 
 def is_candidate_name(model: object) -> bool:
     """Whether ``model`` is a candidate's name, ``space:architecture`` of a registered space: an architecture
-    has ``=`` or ``|`` in it, which tells it from a ``module:factory``.
+    has ``=`` or ``|`` in it, which tells it from a ``module:factory``; without them it is still the space's
+    where Python finds no module of the space's name (``nb201:garbage`` is then answered by the space).
 
-    >>> is_candidate_name("nb201:|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"), is_candidate_name("resnet:build")
-    (True, False)
+    >>> is_candidate_name("nb201:|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"), is_candidate_name("nb201:x")
+    (True, True)
     """
     if not isinstance(model, str):
         return False
     space, colon, arch = model.partition(":")
-    return bool(colon) and space in SEARCH_SPACES and ("=" in arch or "|" in arch)
+    if not colon or space not in SEARCH_SPACES:
+        return False
+    if "=" in arch or "|" in arch:
+        return True
+    try:
+        return importlib.util.find_spec(space) is None
+    except (ImportError, ValueError):
+        return False
 
 
 def candidate_named(model: str) -> Candidate:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -76,15 +77,22 @@ def test_entry_point_exit_code():
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown device") and "Traceback" not in proc.stderr
 
 
-def test_callable_frontend(capsys, tmp_path, monkeypatch):
-    (tmp_path / "my_models.py").write_text(
+def test_a_factory_is_imported_from_the_working_directory(tmp_path):
+    """``dippm-nas predict my_package.models:tiny`` from the folder that holds ``my_package/``, as the README
+    shows it: the program looks in the working directory as ``python -m`` does (``-P``: a program's path, which
+    holds no working directory)."""
+    (tmp_path / "my_package").mkdir()
+    (tmp_path / "my_package" / "__init__.py").write_text("")
+    (tmp_path / "my_package" / "models.py").write_text(
         "import torch\n"
         "def tiny():\n"
         "    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    code, out, _ = _run(capsys, "predict", "my_models:tiny", "--input-shape", "3,32,32", "--json")
-    assert code == 0 and json.loads(out)["model"] == "my_models:tiny"
+    proc = subprocess.run([sys.executable, "-P", "-c", "from dippm_nas.cli import main; main()", "predict",
+                           "my_package.models:tiny", "--input-shape", "3,32,32", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "DIPPM_NAS_NO_CACHE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"] == "my_package.models:tiny"
 
 
 def test_every_precision_is_named_by_the_one_table(capsys):
@@ -98,7 +106,7 @@ def test_every_precision_is_named_by_the_one_table(capsys):
     assert all(f"{p.name}: {p.description}" in text for p in PRECISIONS.values())
     code, out, _ = _run(capsys, "devices", "--json")
     listed = {d["key"]: d["precisions"] for d in json.loads(out)}
-    assert listed["h100-sxm"] == list(PRECISIONS) and set(listed["t4"]) == {"fp32", "fp32-strict", "fp16",
+    assert listed["h100-sxm"] == list(PRECISIONS) and set(listed["t4"]) == {"fp32", "fp32-strict", "tf32", "fp16",
                                                                           "fp16-weights"}
     assert HardwareCostModel(device="h100-sxm", precision="bf16-weights").request.precision.name == "bf16-weights"
     with pytest.raises(DippmError, match="unknown precision 'half'; choose one of: " + ", ".join(PRECISIONS)):

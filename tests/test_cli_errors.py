@@ -112,6 +112,34 @@ BAD_INPUTS = {
                       "no study 'nope'"),
     "journal file that does not exist": (["report", "--storage", "{tmp}/none.log", "--study", "s"],
                                          "no such journal file"),
+    "SQLite database given as a journal file": (["report", "--storage", "{tmp}/studies.db", "--study", "s"],
+                                                "is a SQLite database, not a journal file; give it as sqlite:///"),
+    "empty file given as a SQLite database": (["report", "--storage", "sqlite:///{tmp}/empty.db", "--study", "s"],
+                                              "empty.db is empty"),
+    "file that is no journal": (["report", "--storage", "{tmp}/weights.pt", "--study", "s"],
+                                "is not an Optuna journal file"),
+    "report where no file can be made": (["report", "--storage", "sqlite:///{tmp}/studies.db", "--study", "exists",
+                                          "--out", "{tmp}/weights.pt/r.html"], "is a file, not a folder"),
+    "measurements that are not UTF-8": (["calibrate", "{tmp}/latin1.csv", "--device", "a100-40gb", "--out",
+                                         "{tmp}/c.json"], "latin1.csv is not UTF-8 text (byte 24 is 0xe9)"),
+    "calibration written into a folder": (["calibrate", "{tmp}/latin1.csv", "--device", "a100-40gb", "--out",
+                                           "{tmp}/empty_dir"], "empty_dir is a folder; give the path of a file in it"),
+    "measurements given as a folder": (["calibrate", "{tmp}/empty_dir", "--device", "a100-40gb", "--out",
+                                        "{tmp}/c.json"], "no measurements file at"),
+    "manifest that is not UTF-8": (["measure", "--manifest", "{tmp}/latin1.csv", "--out", "{tmp}/m.csv"],
+                                   "is not UTF-8 text"),
+    "manifest without its columns": (["measure", "--manifest", "{tmp}/fake.onnx", "--out", "{tmp}/m.csv"],
+                                     "has no column model, input_shape, batch, precision"),
+    "manifest with a row of no batch": (["measure", "--manifest", "{tmp}/short.csv", "--out", "{tmp}/m.csv"],
+                                        "short.csv, line 3: "),
+    "rows measured into a folder": (["measure", "--quick", "--out", "{tmp}/empty_dir"], "is a folder"),
+    "rows measured where no file can be made": (["measure", "--quick", "--out", "/proc/dippm/z.csv"],
+                                                "cannot write --out /proc/dippm/z.csv"),
+    "sweep into a folder": (["sweep", "--out", "{tmp}/empty_dir"], "is a folder"),
+    "manifest written where no file can be made": (["manifest", "--out", "{tmp}/weights.pt/m.csv"],
+                                                   "is a file, not a folder"),
+    "architecture its search space does not have": (["predict", "nb201:garbage"], "is not a NAS-Bench-201 cell"),
+    "file that is no Keras model": (["predict", "{tmp}/bad.keras"], "bad.keras is not a Keras model file"),
     "directory that is not a model": (["predict", "{tmp}/empty_dir"], "is a directory but holds no model"),
     "file of a kind not read": (["predict", "{tmp}/weights.pt"], "of a kind dippm-nas does not read"),
     "unknown cost model": (["predict", "resnet18", "--cost-model", "roofline"],
@@ -151,6 +179,10 @@ def tmp(tmp_path, monkeypatch) -> Path:
     (tmp_path / "empty_dir").mkdir()
     (tmp_path / "weights.pt").write_bytes(b"\0" * 16)
     (tmp_path / "fake.onnx").write_bytes(b"this is not a protobuf")
+    (tmp_path / "empty.db").write_bytes(b"")
+    (tmp_path / "bad.keras").write_bytes(b"not a zip archive")
+    (tmp_path / "latin1.csv").write_bytes("model,batch,latency_ms\nr\xe9seau,8,1.5\n".encode("latin-1"))
+    (tmp_path / "short.csv").write_text("model,input_shape,batch,precision\nresnet18,3x224x224,8,fp32\nresnet18\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
@@ -304,3 +336,16 @@ def test_a_file_that_is_no_onnx_model_is_answered_before_torch_and_tvm(tmp_path)
     assert done.returncode == 2 and "is not a valid ONNX model" in done.stderr, done.stderr
     seconds, heavy = done.stdout.split(" ")
     assert set(heavy.strip().split(",")) <= {"onnx", "numpy", ""} and float(seconds) < 2, done.stdout
+
+
+@pytest.mark.parametrize("argv", [["measure", "--space", "nb201", "--n", "3"], ["measure", "--quick"], ["sweep"]])
+def test_measuring_without_a_gpu_is_said_before_any_work(capsys, tmp, monkeypatch, argv):
+    import torch
+
+    from dippm_nas.measure import space
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(space, "spread_candidates", lambda *a, **k: pytest.fail("candidates chosen before the check"))
+    code, out, err = _run(capsys, [*argv, "--out", f"{tmp}/rows.csv"])
+    assert code == 2 and "no CUDA device is visible" in err and err.count("\n") == 1, err
+    assert not (tmp / "rows.csv").exists()

@@ -184,4 +184,4 @@ def test_the_report_counts_every_trial_and_draws_what_it_says(tmp_path):
     library = max(re.findall(r"<script.*?</script>", page, re.S), key=len)  # plotly.js itself, inlined
     ours = page.replace(library, "")
     assert "accuracy" not in ours.lower() and "objective 0 against" in ours
-    assert "Pareto front (one trial)" in page
+    assert "2-D front (one trial)" in page

@@ -125,6 +125,49 @@ def test_a_damaged_cache_is_made_again_and_one_that_cannot_be_opened_is_passed_b
         assert cached_graph("tiny", None, 1, _tiny_graph).name == "tiny"
 
 
+def test_a_file_of_another_program_is_set_aside(tmp_path, monkeypatch):
+    """A database whose table ``graphs`` has other columns is not this cache's: set aside with a warning, as a
+    damaged file is, and the cache works again from the next prediction on."""
+    import sqlite3
+
+    monkeypatch.delenv(NO_CACHE_ENV, raising=False)
+    monkeypatch.setattr(_model_cache, "_STORES", {})
+    (tmp_path / "cache").mkdir()
+    with sqlite3.connect(tmp_path / "cache" / CACHE_FILE) as conn:
+        conn.execute("CREATE TABLE graphs (id INTEGER PRIMARY KEY, picture BLOB)")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    with pytest.warns(RuntimeWarning, match="table graphs has the columns id, picture"):
+        cached_graph("tiny", None, 1, _tiny_graph)
+    assert len(_model_cache.disk_cache()) == 1
+    assert cached_graph("tiny", None, 1, lambda *a: pytest.fail("built again")).name == "tiny"
+
+
+def test_a_cache_another_program_holds_locked_is_said_and_passed_by(tmp_path, monkeypatch):
+    """A lock held for seconds is another program's: the wait is said once, and past the cache's patience the
+    model is built without it; the prediction never hangs on a cache."""
+    import sqlite3
+
+    from dippm_nas.cache import store
+
+    monkeypatch.delenv(NO_CACHE_ENV, raising=False)
+    monkeypatch.setattr(_model_cache, "_STORES", {})
+    monkeypatch.setattr(store, "LOCK_NOTICE_S", 0.1)
+    monkeypatch.setattr(_model_cache, "PATIENCE_S", 0.5)
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
+    _model_cache.disk_cache()  # the file made, as a first prediction makes it
+    holder = sqlite3.connect(tmp_path / CACHE_FILE, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO graphs VALUES ('held', 'held', 0, x'00')")  # held until the end of the test
+    try:
+        with pytest.warns(RuntimeWarning) as said:
+            assert cached_graph("tiny", None, 1, _tiny_graph).name == "tiny"
+        messages = [str(w.message) for w in said]
+        assert any("is locked by another program; waiting for it up to 0.5 s" in m for m in messages), messages
+        assert any("stayed locked by another program" in m and "built without it" in m for m in messages), messages
+    finally:
+        holder.close()
+
+
 def _tiny_graph(model, inputs, batch) -> ModelGraph:
     return ModelGraph(str(model), batch=batch, inputs=(), nodes=(), edges=(), outputs=(), param_count=os.getpid(),
                       param_bytes=0)

@@ -25,7 +25,8 @@ builds it again rather than reading a stale graph:
 A ``module:factory`` whose factory changes in another file than the module it names, or a model
 object whose ``forward`` reads state none of the above shows, is not seen to change: set
 ``DIPPM_NAS_NO_CACHE=1`` or delete the cache directory. Model objects of other frameworks (Keras,
-Paddle) are not cached. A cache that cannot be opened (a read-only home) is skipped without a word.
+Paddle) are not cached. A cache that cannot be opened (a read-only home), or that another program holds locked
+for seconds, is passed by and said in a warning.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ FRAMEWORKS = ("torch", "timm", "apache-tvm", "onnx", "onnxscript", "transformers
 MAX_FILES = 10_000
 _PLAIN = (bool, int, float, str, type(None))
 _DB_ERRORS = (sqlite3.Error, OSError, ValueError, KeyError, TypeError, zlib.error)
+#: Seconds a prediction waits for a cache that another program holds locked before it builds the model without
+#: it: building takes seconds too.
+PATIENCE_S = 10.0
 
 
 _STORES: dict[Path, GraphCache | None] = {}
@@ -78,7 +82,7 @@ def disk_cache() -> GraphCache | None:
     if directory not in _STORES:
         try:
             directory.mkdir(parents=True, exist_ok=True)  # the default place, not one the user named: unsaid
-            _STORES[directory] = GraphCache(directory / CACHE_FILE)
+            _STORES[directory] = GraphCache(directory / CACHE_FILE, patience_s=PATIENCE_S)
         except (CacheFault, *_DB_ERRORS) as exc:
             warnings.warn(f"no disk cache of model graphs: {exc}; every model is built from scratch (set "
                           f"{CACHE_DIR_ENV} to a folder you can write, or {NO_CACHE_ENV}=1)", DippmWarning,
@@ -237,13 +241,22 @@ def cached_graph(model: Any, inputs: InputLike, batch: int,
         return build(model, inputs, batch)
     try:
         graph = store.get(key)
+    except CacheFault as exc:  # locked by another program past its patience
+        _pass_by(exc)
+        return build(model, inputs, batch)
     except _DB_ERRORS:
         graph = None
     if graph is None:
         graph = build(model, inputs, batch)
         try:
             store.put(key, graph)
+        except CacheFault as exc:
+            _pass_by(exc)
         except _DB_ERRORS:
             pass
     store.forget(KIND)
     return graph
+
+
+def _pass_by(fault: CacheFault) -> None:
+    warnings.warn(f"{fault}; this model is built without it", DippmWarning, stacklevel=3)

@@ -6,8 +6,10 @@ transaction, and ``INSERT OR IGNORE`` makes two workers that featurize the same 
 time agree on one row. Rows are compressed JSON (:mod:`dippm_nas.graph.serialize`), never pickles.
 
 A cache holds nothing that cannot be made again, so a damaged file (overwritten pages, truncated, not a
-database) is moved aside, a fresh one takes its place, and a warning names both; a location that cannot
-hold a database (a directory, a read-only folder) is a :class:`CacheFault` that names it.
+database, a table ``graphs`` of other columns) is moved aside, a fresh one takes its place, and a warning
+names both; a location that cannot hold a database (a directory, a read-only folder) is a
+:class:`CacheFault` that names it. Workers hold the file's write lock for milliseconds: a lock held for
+seconds is another program's, said once, and waited for up to the cache's patience, then a CacheFault.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from dippm_nas.errors import DippmError, DippmWarning
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import FORMAT, graph_from_bytes, graph_to_bytes
 
-BUSY_TIMEOUT_MS = 60_000
+#: Seconds a cache waits for a lock in all before it gives up (a CacheFault); workers of one search that
+#: write the same file at once wait milliseconds.
+PATIENCE_S = 60.0
+#: Seconds of waiting on a lock after which the wait is said (a DippmWarning, once per cache).
+LOCK_NOTICE_S = 2.0
+#: The columns of the table of graphs; a file whose table ``graphs`` has others is not this cache's.
+COLUMNS = ("key", "kind", "format", "blob")
 #: Stores a graph unless one of this format is there already; a row another version wrote (another
 #: ``FORMAT``) is replaced, not kept beside nor in the way.
 STORE_GRAPH = ("INSERT INTO graphs (key, kind, format, blob) VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
@@ -50,25 +58,24 @@ def _damaged(exc: sqlite3.Error) -> bool:
     return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
 
 
-def _create_schema(conn: sqlite3.Connection) -> None:
-    """Switch to WAL and create the table, retrying while other processes do the same.
+def _locked(exc: sqlite3.Error) -> bool:
+    """SQLite's answer for a file another connection holds locked."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
-    SQLite answers "database is locked" at once, without waiting on the busy timeout, when several
-    connections change the journal mode of a new file together (it would deadlock otherwise); so
-    workers that open a fresh cache at the same moment retry here until the timeout.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("CREATE TABLE IF NOT EXISTS graphs (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
-                         "format INTEGER NOT NULL, blob BLOB NOT NULL)")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(random.uniform(0.01, 0.1))
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    """Switch to WAL and create the table; a table ``graphs`` of other columns is a file of another program,
+    answered as a damaged one. SQLite answers "database is locked" at once, without waiting on the busy
+    timeout, when several connections change the journal mode of a new file together (it would deadlock
+    otherwise): the caller retries (:meth:`GraphCache._sound`)."""
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS graphs (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+                 "format INTEGER NOT NULL, blob BLOB NOT NULL)")
+    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(graphs)"))
+    if columns != COLUMNS:
+        raise sqlite3.DatabaseError(f"its table graphs has the columns {', '.join(columns)}, not dippm-nas's "
+                                    f"{', '.join(COLUMNS)}")
 
 
 class GraphCache:
@@ -91,8 +98,10 @@ class GraphCache:
     0.5
     """
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, patience_s: float = PATIENCE_S):
         self.path = Path(path) if path is not None else None
+        self.patience_s = patience_s
+        self._said_locked = False
         self._memory: dict[str, ModelGraph] = {}
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -114,16 +123,14 @@ class GraphCache:
         assert path is not None
         try:
             make_parent(path, "the graph cache")
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(path, timeout=LOCK_NOTICE_S, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.OperationalError) as exc:
             raise self._unusable(exc) from exc
         try:
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             _create_schema(conn)
         except sqlite3.Error as exc:
             conn.close()
-            if _damaged(exc) or "locked" in str(exc):
+            if _damaged(exc) or _locked(exc):
                 raise
             raise self._unusable(exc) from exc
         self._inode = path.stat().st_ino
@@ -135,14 +142,28 @@ class GraphCache:
 
     def _sound(self, operation: Callable[[], _T]) -> _T:
         """``operation`` on the file; where SQLite finds the file damaged, the file moved aside, a fresh one
-        made, a warning, and ``operation`` once more."""
-        try:
-            return operation()
-        except sqlite3.DatabaseError as exc:
-            if not _damaged(exc):
-                raise
-            self._set_aside(exc)
-            return operation()
+        made, a warning, and ``operation`` once more; where the file is locked, ``operation`` again until
+        :attr:`patience_s` has passed, the wait said once it lasts :data:`LOCK_NOTICE_S`."""
+        first_locked: float | None = None
+        while True:
+            try:
+                return operation()
+            except sqlite3.DatabaseError as exc:
+                if _damaged(exc):
+                    self._set_aside(exc)
+                    return operation()
+                if not _locked(exc):
+                    raise
+            now = time.monotonic()
+            first_locked = now if first_locked is None else first_locked
+            if now - first_locked >= self.patience_s:
+                raise CacheFault(f"the graph cache {self.path} stayed locked by another program for "
+                                 f"{self.patience_s:g} s: end that program, or give the cache another file")
+            if now - first_locked >= LOCK_NOTICE_S and not self._said_locked:
+                self._said_locked = True
+                warnings.warn(f"the graph cache {self.path} is locked by another program; waiting for it up to "
+                              f"{self.patience_s:g} s", DippmWarning, stacklevel=4)
+            time.sleep(random.uniform(0.01, 0.1))
 
     def _set_aside(self, exc: sqlite3.Error) -> None:
         """Move the damaged file aside, unless another process did already (the file at the path is then

@@ -88,10 +88,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if as_program:
+        look_in_working_directory()
     code = _run(argv)
     if as_program and (code == EXIT_USAGE or (argv and argv[0] in OUTPUT_ONLY_COMMANDS and code == 0)):
         exit_now(code)
     return code
+
+
+def look_in_working_directory() -> None:
+    """Let ``module:factory`` import a module of the working directory, as ``python -m`` does: an installed
+    program's path holds its own folder, not the user's. Appended, so that a folder of the user's never hides
+    an installed package of the same name."""
+    working = os.getcwd()
+    if working not in sys.path and "" not in sys.path:
+        sys.path.append(working)
 
 
 def exit_now(code: int) -> None:

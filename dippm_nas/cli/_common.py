@@ -33,6 +33,10 @@ def inputs_of(args: argparse.Namespace) -> object:
     return ";".join(args.input) if args.input else None
 
 
+#: ``search_spaces.SEARCH_SPACES``' names, named here so that an argument error imports no torch (a test keeps them
+#: equal).
+SPACE_NAMES = ("mobilenetv3", "resnet", "vit", "nb201", "timm_zoo")
+
 #: Suffixes of model files: a model argument ending in one that does not exist is answered at once.
 MODEL_FILE_SUFFIXES = (".onnx", ".keras", ".h5", ".tflite", ".pdmodel")
 
@@ -58,6 +62,7 @@ def request_of(args: argparse.Namespace):
 def check_model_args(args: argparse.Namespace) -> None:
     """What ``predict`` and ``mig`` can check of the model from the arguments alone, before torch, TVM or timm is
     imported: the batch, the inputs and a model file's existence or name."""
+    from dippm_nas.errors import ModelLoadError
     from dippm_nas.inputs import check_batch, normalize_inputs
     from dippm_nas.model_names import check_factory_module, check_timm_name, read_onnx
 
@@ -68,12 +73,23 @@ def check_model_args(args: argparse.Namespace) -> None:
         read_onnx(args.model)  # onnx alone: a file that is no model is answered before torch and TVM load
     arch = args.model.partition(":")[2]
     if "=" in arch or "|" in arch:  # maybe a search space's candidate (whose package imports torch)
-        from search_spaces import candidate_named, is_candidate_name
-
-        if is_candidate_name(args.model):
-            candidate_named(args.model)  # an architecture the space does not have: said before TVM loads
-    check_factory_module(args.model)
+        _check_candidate(args.model)
+    try:
+        check_factory_module(args.model)
+    except ModelLoadError:  # no such module: maybe a candidate of an architecture the space does not have
+        if args.model.partition(":")[0] in SPACE_NAMES:
+            _check_candidate(args.model)
+        raise
     check_timm_name(args.model)
     if getattr(args, "top", 0) < 0:
         raise DippmError(f"--top {args.top}: give how many of the slowest operators to list, 1 or more "
                          "(0, the default, lists none).")
+
+
+def _check_candidate(model: str) -> None:
+    """Where ``model`` names a search space's candidate, an architecture the space does not have is said here,
+    before TVM loads."""
+    from search_spaces import candidate_named, is_candidate_name
+
+    if is_candidate_name(model):
+        candidate_named(model)

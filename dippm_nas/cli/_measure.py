@@ -12,6 +12,7 @@ from pathlib import Path
 from dippm_nas.cli._common import parse_ints
 from dippm_nas.errors import DippmError
 from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS, precision_help
+from dippm_nas.user_files import check_writable
 
 #: ``measure.campaign.STEP_NAMES``, named here so that ``--help`` imports no torch (a test keeps them equal).
 STEP_NAMES = ("host", "spaces", "gemms", "sweep", "models", "kernels")
@@ -19,6 +20,7 @@ STEP_NAMES = ("host", "spaces", "gemms", "sweep", "models", "kernels")
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     """``dippm-nas manifest``: the arguments are checked before torch and timm are imported."""
+    check_writable(args.out, "--out")
     batches, precisions = parse_ints(args.batches), args.precisions.split(",")
     if args.from_records and not os.path.exists(args.from_records):
         raise DippmError(f"no records at {args.from_records}; build them with `dippm-nas dataset`.")
@@ -74,6 +76,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if sum((args.quick, args.manifest is not None, args.space is not None)) != 1:
         raise DippmError("give one of --manifest, --quick (the ten configurations a calibration needs) and --space "
                          "(candidates of a search space).")
+    check_writable(args.out, "--out")
     if args.space is not None:
         return _measure_space(args)
     manifest = QUICK_MANIFEST if args.quick else args.manifest
@@ -222,6 +225,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``dippm-nas sweep``: a missing GPU or a file of other rows is a one-line error, not a traceback."""
+    check_writable(args.out, "--out")
     from dippm_nas.measure.sweep import read_points, run_sweep
 
     points = read_points(args.points) if args.points else None

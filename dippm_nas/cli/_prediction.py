@@ -136,6 +136,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+#: How ``mig`` attributes energy to a slice (:func:`~dippm_nas.cost.pipeline.power.slice_energy_note` says it of
+#: one slice).
+SLICE_ENERGY = ("energy of a slice: the GPU's waiting and busy watts times the slice's share of its SMs, over the "
+                "slice's own latency and busy time; slices of the same SMs draw the same watts and differ in joules "
+                "by how long they run, which their share of the memory bandwidth sets")
+
+
 def cmd_mig(args: argparse.Namespace) -> int:
     """``dippm-nas mig``: the arguments, and that the device has MIG, are checked before the heavy imports."""
     request = request_of(args)
@@ -148,7 +155,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
     rows = slice_estimates(graph, request, whole)
     if args.json:
         print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),
-                          "profiles": [r.to_dict() for r in rows],
+                          "profiles": [r.to_dict() for r in rows], "slice_energy": SLICE_ENERGY,
                           "units": {"usable_mib": "MiB", "memory_mib": "MiB", "latency_ms": "ms per batch",
                                     "energy_j": "J per batch", "energy_j_per_sample": "J per sample"}}, indent=2))
         return 0
@@ -166,6 +173,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
                                "J/sample"]))
     for note in whole.notes:
         print(f"note: {note}")
+    print(f"note: {SLICE_ENERGY}")
     if request.gpu.slice_of:
         print(f"note: {args.device} names one slice; mig lists every slice of {whole.device} (`dippm-nas predict "
               f"--device {args.device}` predicts that one alone)")

@@ -7,6 +7,7 @@ import os
 import re
 
 from dippm_nas.errors import DippmError, one_line
+from dippm_nas.user_files import check_writable
 
 #: SQLAlchemy's dialects, the first part of an Optuna RDB storage URL (``postgresql+psycopg://...``).
 DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb", "oracle", "mssql", "cockroachdb")
@@ -24,6 +25,12 @@ def check_storage(url: str) -> str:
         if not os.path.isfile(url):
             raise DippmError(f"--storage {url}: no such journal file; give the file a search wrote, or a database "
                              "URL such as sqlite:///nas.db.")
+        if _starts_with(url, SQLITE_HEADER):
+            raise DippmError(f"--storage {url} is a SQLite database, not a journal file; give it as "
+                             f"sqlite:///{url}.")
+        if not _first_line_is_json(url):
+            raise DippmError(f"--storage {url} is not an Optuna journal file (one JSON object a line); give the "
+                             "file a search wrote, or a database URL such as sqlite:///nas.db.")
         return url
     match = _URL.match(url)
     if not match or match["dialect"].lower() not in DIALECTS:
@@ -34,7 +41,34 @@ def check_storage(url: str) -> str:
         if path and path != ":memory:" and not os.path.isfile(path):
             raise DippmError(f"--storage {url}: no SQLite database at {path}; give the file the study was run "
                              "with (sqlite:///relative/path.db, or sqlite:////absolute/path.db).")
+        if path and path != ":memory:" and not _starts_with(path, SQLITE_HEADER):
+            # Optuna would write its tables into an empty file, or fail deep in SQLAlchemy on another kind
+            kind = "empty" if os.path.getsize(path) == 0 else "not a SQLite database"
+            raise DippmError(f"--storage {url}: {path} is {kind}; give the database the study was run with.")
     return url
+
+
+#: The first bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _starts_with(path: str, header: bytes) -> bool:
+    with open(path, "rb") as file:
+        return file.read(len(header)) == header
+
+
+def _first_line_is_json(path: str) -> bool:
+    """Whether the journal file is empty (a search that has not written yet) or opens with a JSON object."""
+    import json
+
+    with open(path, "rb") as file:
+        first = file.readline(1 << 20)
+    if not first.strip():
+        return True
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+        return False
 
 
 def check_outputs(out: str, png: str | None) -> None:
@@ -43,6 +77,7 @@ def check_outputs(out: str, png: str | None) -> None:
     if os.path.isdir(out):
         raise DippmError(f"--out {out} is a folder; give the HTML file to write, such as "
                          f"{os.path.join(out, 'report.html')}.")
+    check_writable(out, "--out")
     if png is not None and (os.path.isfile(png) or os.path.abspath(png) == os.path.abspath(out)):
         raise DippmError(f"--png {png} is a file (or the --out page); give a folder to write the PNG files into.")
 
@@ -68,7 +103,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise DippmError(f"cannot open the Optuna storage {args.storage}: {one_line(exc)}") from exc
     summary = write_report(study, args.out, args.png)
     print(f"{summary.path}: {summary.trials} scored trials, {summary.feasible} feasible, "
-          f"{len(summary.pareto)} on a Pareto front" + (f"; PNGs in {args.png}" if args.png else ""))
+          f"{len(summary.pareto)} on the study's Pareto front" + (f"; PNGs in {args.png}" if args.png else ""))
     if args.screenshot:
         from dippm_nas.integration.browser import screenshot
 

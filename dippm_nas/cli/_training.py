@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from dippm_nas.errors import DippmError
+from dippm_nas.user_files import check_writable
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
@@ -158,6 +159,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.evaluate import evaluate
     from dippm_nas.training.paths import project
 
+    if args.calibration:
+        from dippm_nas.training.calibration_check import run
+
+        _project(args)
+        print(f"report: {run(args.nas_candidates)}")
+        return 0
     if args.nas:
         from dippm_nas.training.nas_report import CALIBRATION_ROWS, run
 
@@ -240,14 +247,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if gpu.slice_of:
         raise DippmError(f"calibrate the whole GPU ({gpu.whole_gpu().key}): its calibration serves its MIG slices "
                          "too.")
-    out = Path(args.out)
-    if out.is_dir() or not out.parent.is_dir():
-        raise DippmError(f"cannot write the calibration to {args.out}: give a file in a folder that exists.")
+    out = check_writable(args.out, "--out")
     rows = read_rows(args.measurements, args.mode)
     source = Path(args.measurements).name
     precision = args.precision or precision_of_rows(rows, source)
     mode = args.mode or mode_of_rows(rows, source)
-    calibration = calibrate(rows, gpu.key, precision, mode, source)
+    calibration = calibrate(rows, gpu.key, precision, mode, source, cpu_rows=args.cpu_rows)
     print(report(calibration))
     calibration.save(out)
     print(f"calibration of {gpu.key} ({precision}, {mode}) written to {out}; predict with "
@@ -321,7 +326,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            help="instead: NAS candidates of NAS-Bench-201 and OFA MobileNetV3 against HELP's latencies "
                                 "(data/help), zero-shot and after a calibration on ten of them; writes docs/nas.md")
             t.add_argument("--nas-candidates", type=int, default=100, metavar="N",
-                           help="with --nas: candidates drawn from each space (default: 100)")
+                           help="with --nas or --calibration: candidates drawn from each space (default: 100)")
+            t.add_argument("--calibration", action="store_true",
+                           help="instead: on every GPU of timm's and HELP's data, calibrate on ten rows and predict "
+                                "the others with and without it (an operator model that never saw the GPU); writes "
+                                "docs/calibration.md")
         t.set_defaults(func=func)
     c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
                        description="Fit up to three scales of one GPU and its host (GEMM-class kernels, the other "
@@ -345,4 +354,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="calibrate the rows of this execution mode (default: the mode the rows say, eager where "
                         "they say none); cuda-graphs reads the harness's CUDA-graph latencies")
     c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")
+    c.add_argument("--cpu-rows", action="store_true",
+                   help="fit rows measured on the CPU too (measure --device cpu), which are otherwise left out: to try "
+                        "the commands without a GPU; such a calibration says nothing of the GPU")
     c.set_defaults(func=cmd_calibrate)

@@ -72,8 +72,11 @@ GROUPS: dict[str, dict[str, object]] = {
                        "family_in_training": None,
                        "description": "measured test records (every split's, each once; it trains on nothing)"},
 }
+#: The group of a calibration's own error, whose rows are of its own mode and precision.
+CALIBRATION_GROUP = "calibration"
 #: Figures measured apart from the evaluation's splits, and the records they are measured on, in words.
-OTHER_BASES = {"calibration": "measured rows of a calibration, each predicted by a fit of the others (leave one out)"}
+OTHER_BASES = {
+    CALIBRATION_GROUP: "measured rows of a calibration, each predicted by a fit of the others (leave one out)"}
 
 
 def batch_bin(batch: int) -> str:
@@ -160,7 +163,7 @@ class ErrorFigure:
         extra = [f"{label} {v:.1%}" for label, v in (("memory", self.memory_mape), ("energy", self.energy_mape))
                  if v is not None]
         if extra:
-            measured = "rows" if self.group == "calibration" else "test records"
+            measured = "rows" if self.group == CALIBRATION_GROUP else "test records"
             line += f"; {' and '.join(extra)} MAPE on the {self.target_records} {measured} that measured them"
         return line
 

@@ -99,6 +99,9 @@ class Estimate:
     notes: tuple[str, ...] = ()
     #: The cost model's latency error on comparable held-out records (:mod:`dippm_nas.cost.error_table`).
     error: ErrorFigure | None = None
+    #: The host's time to issue the operators over the latency (0 under CUDA graphs): near 1 the host sets the
+    #: latency, and what the GPU's work would tell apart hardly shows.
+    host_share: float = 0.0
 
     @cached_property
     def nodes(self) -> tuple[NodeCost, ...]:

@@ -12,6 +12,7 @@ import torch
 
 from dippm_nas.frontends._frontend_registry import LoadedModel, register_frontend
 from dippm_nas.frontends._torch import torch_to_relax
+from dippm_nas.graph.cast import inputs_read_in_note
 from dippm_nas.inputs import IMAGE_SHAPE, InputSpec, TensorSpec
 from dippm_nas.precisions import FULL_DTYPE, HALF_FORMATS
 
@@ -52,7 +53,7 @@ def load_module(module: torch.nn.Module, inputs: InputSpec | None, batch: int, n
     if not inputs:
         notes = (assumed_input_note(name, half or FULL_DTYPE), *notes)
     elif half and any(s.dtype == FULL_DTYPE for s in inputs):
-        notes = (f"{name}: its float inputs are read in {half}, its weights' dtype, as PyTorch requires", *notes)
+        notes = (inputs_read_in_note(name, half), *notes)
     return LoadedModel(mod, name, source, spec, batch, family or module_family(module), notes)
 
 

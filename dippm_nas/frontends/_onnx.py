@@ -210,14 +210,22 @@ def _weights_and_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+#: The runtime a model of each source besides PyTorch is usually run by: it is priced as PyTorch eager would run
+#: its graph, which a prediction's note says.
+OTHER_RUNTIMES = {"onnx": "ONNX Runtime or TensorRT", "tensorflow": "TensorFlow", "paddle": "Paddle"}
+
+
 def import_onnx(model: onnx.ModelProto, name: str, source: str, inputs: InputSpec | None, batch: int,
                 family: str = "") -> LoadedModel:
-    """An ONNX model in memory into Relax: the one path that TensorFlow, TFLite and Paddle models share."""
+    """An ONNX model in memory into Relax: the one path that TensorFlow, TFLite and Paddle models share. Its
+    prediction says that it prices the graph as PyTorch eager would run it, not as its own runtime does."""
     spec = _by_name(inputs, model, name) if inputs else _declared_inputs(model, name)
     names = [i.name for i in _graph_inputs(model)]
     if len(spec) != len(names):
         raise ModelLoadError(f"{name} has {len(names)} inputs ({', '.join(names)}) but {len(spec)} were given.")
-    notes = _rebatched(model, name, batch)
+    notes = (*_rebatched(model, name, batch),
+             f"{name}: priced as PyTorch eager would run its graph (images NCHW, PyTorch's kernels and precision "
+             f"flags), not as {OTHER_RUNTIMES.get(source, source)} runs it")
     shapes = {n: list(s.with_batch(batch)) for n, s in zip(names, spec)}
     dtypes = {n: s.dtype for n, s in zip(names, spec)}
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -120,8 +121,19 @@ def load_keras(model: Any, inputs: InputSpec | None, batch: int, name: str = "")
     return _to_relax(proto, name, spec, batch, model.name)
 
 
+#: The first bytes of an HDF5 file (a Keras ``.h5`` model); a ``.keras`` file is a zip archive.
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
 def load_keras_file(path: str | os.PathLike, inputs: InputSpec | None, batch: int) -> LoadedModel:
-    """A ``.keras`` or ``.h5`` file, loaded without compiling and read as :func:`load_keras` reads a model."""
+    """A ``.keras`` or ``.h5`` file, loaded without compiling and read as :func:`load_keras` reads a model; a file
+    of another kind is said before Keras reads it (Keras answers it with "File not found")."""
+    with open(path, "rb") as file:
+        kind_of_file = zipfile.is_zipfile(file) if str(path).lower().endswith(".keras") else \
+            file.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    if not kind_of_file:
+        raise ModelLoadError(f"{path} is not a Keras model file (a .keras file is a zip archive, a .h5 file an HDF5 "
+                             "file); save the model again with model.save('model.keras').")
     _tensorflow()
     keras = import_extra("keras", EXTRA, "Keras model files")
     try:

@@ -196,6 +196,27 @@ def _op_name(node: fx.Node) -> str:
     return node.target.__name__  # type: ignore[union-attr]
 
 
+#: ATen's matrix products and convolutions, which refuse operands of two floating dtypes (a float32 activation
+#: against float16 weights) outside autocast.
+ONE_DTYPE_ATEN = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "convolution", "conv1d", "conv2d", "conv3d",
+                  "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+
+
+def check_one_dtype(graph: fx.GraphModule, name: str) -> None:
+    """An ExportError where a matrix product or convolution meets two floating dtypes (a module with only its
+    head cast by ``.half()``): PyTorch cannot run the model as built, so no prediction of it means anything."""
+    for node in graph.graph.nodes:
+        if node.op != "call_function" or _op_name(node).split(".")[0] not in ONE_DTYPE_ATEN:
+            continue
+        dtypes = sorted({str(value.dtype).removeprefix("torch.") for arg in node.args
+                         if isinstance(value := getattr(arg, "meta", {}).get("val"), torch.Tensor)
+                         and value.is_floating_point()})
+        if len(dtypes) > 1:
+            raise ExportError(f"{name} runs {_op_name(node).split('.')[0]} ({node.name}) on operands of "
+                              f"{' and '.join(dtypes)}: PyTorch cannot run it as built (outside autocast); cast the "
+                              "whole model (model.half(), model.to(torch.bfloat16) or model.float()) to predict it")
+
+
 def _unknown_ops(graph: fx.GraphModule, known: dict[str, object]) -> set[str]:
     return {_op_name(n) for n in graph.graph.nodes if n.op == "call_function" and _op_name(n) not in known}
 
@@ -368,6 +389,7 @@ def torch_to_relax(module: torch.nn.Module, inputs: InputSpec, batch: int,
     """Export ``module`` at ``batch`` and import it into Relax; returns the IRModule and warnings."""
     args = example_inputs(inputs, batch, module_device(module))
     program, graph = _exported(module, args, name, _shapes(inputs, args))
+    check_one_dtype(graph, name)
     with half_gemms_stay_half():
         return _imported(program, graph, name)
 

@@ -20,6 +20,15 @@ from dippm_nas.graph.model_graph import ModelGraph, Node
 from dippm_nas.graph.tensor import Tensor
 from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS, Precision, precision_of_weights
 
+#: How a graph's note says its float inputs were read in its weights' half dtype (a cast drops it: the cast's own
+#: note says the inputs' dtype).
+INPUTS_READ_IN = "its float inputs are read in"
+
+
+def inputs_read_in_note(name: str, dtype: str) -> str:
+    """The note of a model whose float inputs are read in its weights' half ``dtype``."""
+    return f"{name}: {INPUTS_READ_IN} {dtype}, its weights' dtype, as PyTorch requires"
+
 
 def _cast(tensors: tuple[Tensor, ...], source: str, target: str) -> tuple[Tensor, ...]:
     if all(t.dtype != source for t in tensors):
@@ -42,7 +51,9 @@ def cast_floats(graph: ModelGraph, source: str, target: str) -> ModelGraph:
     nodes = tuple(_cast_node(node, source, target) for node in graph.nodes)
     param_bytes = graph.param_bytes + sum(
         new.weight_bytes - old.weight_bytes for old, new in zip(graph.nodes, nodes) if new is not old)
-    return replace(graph, nodes=nodes, inputs=_cast(graph.inputs, source, target), param_bytes=param_bytes)
+    warnings = tuple(w for w in graph.warnings if f"{INPUTS_READ_IN} {source}" not in w)  # they are target now
+    return replace(graph, nodes=nodes, inputs=_cast(graph.inputs, source, target), param_bytes=param_bytes,
+                   warnings=warnings)
 
 
 def _cast_node(node: Node, source: str, target: str) -> Node:

@@ -25,7 +25,7 @@ from dippm_nas.hardware.user_sheets import (
     user_directory,
     user_files,
 )
-from dippm_nas.precisions import PRECISIONS, Precision, PrecisionLike, precision_named
+from dippm_nas.precisions import HALF_FORMATS, PRECISIONS, Precision, PrecisionLike, precision_named
 
 GIB_IN_MIB = 1024.0
 
@@ -102,28 +102,62 @@ class Device:
 
     @property
     def precisions(self) -> tuple[str, ...]:
-        """The precisions of :data:`PRECISIONS` the spec sheet gives a peak for (fp32 always has one).
+        """The precisions of :data:`PRECISIONS` PyTorch runs on this GPU, as :meth:`runs` prices them: every one
+        but bfloat16 where the spec sheet gives no bf16 units (PyTorch only emulates it there).
 
         >>> get_device("v100").precisions
-        ('fp32', 'fp32-strict', 'fp16', 'fp16-weights')
+        ('fp32', 'fp32-strict', 'tf32', 'fp16', 'fp16-weights')
         """
-        return tuple(name for name, p in PRECISIONS.items() if getattr(self, f"{p.peak_column}_tflops"))
+        return tuple(name for name, p in PRECISIONS.items() if self._computes(p))
+
+    def _computes(self, precision: Precision) -> bool:
+        return HALF_FORMATS.get(precision.half_dtype or "") != "bf16" or bool(self.bf16_tflops)
+
+    def format_tflops(self, unit: str | None) -> float:
+        """Peak of the units that run a matrix product or convolution in the tensor-core format ``unit``
+        (``tf32``, ``fp16``, ``bf16``; None for FP32 on the CUDA cores). A GPU without tensor cores of that
+        format runs it on its CUDA cores at their FP32 peak: PyTorch's TF32 flags change nothing there, and cuBLAS
+        and cuDNN compute half tensors in FP32 arithmetic (half storage, float32 math)."""
+        return (getattr(self, f"{unit}_tflops") if unit else None) or self.fp32_tflops
 
     def tensor_tflops(self, precision: PrecisionLike) -> float:
-        """Peak of the units that run matmuls and convolutions at ``precision`` (its ``peak_column``)."""
+        """Peak of the units that run matmuls and convolutions at ``precision`` (its ``peak_column``:
+        :meth:`format_tflops`)."""
         numbers = precision if isinstance(precision, Precision) else precision_named(precision)
-        peak = getattr(self, f"{numbers.peak_column}_tflops")
-        if peak is None:
-            raise DippmError(
-                f"{self.key} ({self.name}) has no {numbers.name} tensor cores in its spec sheet; "
-                f"choose one of: {', '.join(self.precisions)}."
-            )
-        return peak
+        return self.format_tflops(numbers.peak_column)
+
+    def runs(self, precision: Precision) -> tuple[Precision, tuple[str, ...]]:
+        """The precision PyTorch runs on this GPU when asked ``precision``, and what a user should be told of it:
+        ``tf32`` is ``fp32-strict`` on a GPU without TF32 tensor cores, a half precision without tensor cores of
+        its format computes its matrix products and convolutions on the CUDA cores in FP32 arithmetic; bfloat16
+        without bf16 units is refused (PyTorch only emulates it there).
+
+        >>> precision, notes = get_device("t4").runs(PRECISIONS["tf32"])
+        >>> precision.name, notes[0][:60]
+        ('fp32-strict', 't4 has no TF32 tensor cores (compute capability 7.5; TF32 ne')
+        """
+        if not self._computes(precision):
+            raise DippmError(f"{self.key} ({self.name}) has no bf16 units (compute capability "
+                             f"{self.compute_capability:g}): PyTorch only emulates bfloat16 there, which dippm-nas "
+                             f"does not price; choose one of: {', '.join(self.precisions)}.")
+        if precision.peak_column == "tf32" and not self.tf32_tflops:
+            return PRECISIONS["fp32-strict"], (
+                f"{self.key} has no TF32 tensor cores (compute capability {self.compute_capability:g}; TF32 needs "
+                "8.0 or later): PyTorch's TF32 flags change nothing there, so tf32 runs, and is priced, as "
+                "fp32-strict",)
+        half = HALF_FORMATS.get(precision.half_dtype or "")
+        if half and not getattr(self, f"{half}_tflops"):
+            return precision, (
+                f"{self.key} has no {half} tensor cores: PyTorch keeps {precision.half_dtype} tensors and computes "
+                "their matrix products and convolutions on the CUDA cores in FP32 arithmetic, priced at the FP32 "
+                "peak",)
+        return precision, ()
 
     def mig_profile(self, name: str) -> MigProfile:
-        """The MIG profile called ``name`` (``1g.5gb``); raises DippmError listing the known ones if none is."""
+        """The MIG profile called ``name`` (``1g.5gb``, in any case, as a device key is read); raises DippmError
+        listing the known ones if none is."""
         for profile in self.mig_profiles:
-            if profile.name == name:
+            if profile.name == str(name).lower():
                 return profile
         if not self.mig_profiles:
             raise DippmError(f"{self.key} ({self.name}) does not support MIG; it has no profile {name!r}.")

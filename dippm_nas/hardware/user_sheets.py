@@ -8,20 +8,22 @@ the shipped MIG tables (``mig_profiles.csv``), told apart by their header. They 
 - ``$XDG_CONFIG_HOME/dippm-nas/devices/*.csv`` (``~/.config/dippm-nas/devices/`` where that is unset).
 
 ``dippm-nas devices --template`` prints a row to fill in. Every row is checked when the registry is first
-read: a missing column, a value that is not a positive number, a key the shipped sheet or another row already
-has, a MIG table of a GPU no sheet lists. A bad row is one line that names its file and row.
+read: a missing column, a value that is not a finite number in the range a GPU can have, a key the shipped sheet
+or another row already has, a MIG table of a GPU no sheet lists. A bad row is one line that names its file and row.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dippm_nas.errors import DippmError
+from dippm_nas.user_files import read_user_csv
 
 DEVICES_ENV = "DIPPM_NAS_DEVICES"
 #: Columns a spec row must have; the shipped sheet's others (the tensor-core peaks, ``mig``, ``verified``,
@@ -30,6 +32,18 @@ REQUIRED_SPEC_COLUMNS = ("key", "name", "sm_count", "fp32_tflops", "memory_gib",
                          "compute_capability", "process_nm")
 OPTIONAL_SPEC_COLUMNS = ("boost_mhz", "tf32_tflops", "fp16_tensor_tflops_dense", "bf16_tensor_tflops_dense")
 REQUIRED_MIG_COLUMNS = ("gpu", "profile", "max_instances", "usable_gib", "sm_count", "copy_engines")
+#: The range a GPU's value of each numeric column can have, with its unit: wide enough for any GPU made or
+#: announced, narrow enough to catch a value in the wrong unit or a typo (a bandwidth of 504,000 GB/s).
+PLAUSIBLE = {
+    "sm_count": (1, 1024, "SMs"), "boost_mhz": (100, 5000, "MHz"), "fp32_tflops": (0.01, 2000, "TFLOP/s"),
+    "tf32_tflops": (0.01, 20000, "TFLOP/s"), "fp16_tensor_tflops_dense": (0.01, 20000, "TFLOP/s"),
+    "bf16_tensor_tflops_dense": (0.01, 20000, "TFLOP/s"), "memory_gib": (0.5, 4096, "GiB"),
+    "memory_bw_gbs": (10, 50000, "GB/s"), "l2_mb": (0.05, 4096, "MB"), "tdp_w": (1, 5000, "W"),
+    "compute_capability": (3.0, 20.0, ""), "process_nm": (1, 100, "nm"),
+    "max_instances": (1, 64, "instances"), "usable_gib": (0.1, 4096, "GiB"), "copy_engines": (0, 64, "engines"),
+}
+#: What the ``mig`` column of a spec row may say.
+MIG_ANSWERS = ("yes", "no", "")
 
 
 class DeviceSheetError(DippmError):
@@ -76,12 +90,13 @@ def read_user_rows(files: Iterable[Path], shipped_keys: Iterable[str]) -> UserRo
     keys = {key: "the shipped sheet" for key in shipped_keys}
     for path in files:
         try:
-            with open(path, newline="", encoding="utf-8") as fh:
-                reader = csv.DictReader(fh)
-                header = reader.fieldnames or []
-                rows = list(reader)
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise DeviceSheetError(f"{path}: cannot be read as a CSV file ({exc}).") from exc
+            reader = read_user_csv(path, "the devices file")
+            header = reader.fieldnames or []
+            rows = list(reader)
+        except DippmError as exc:
+            raise DeviceSheetError(str(exc)) from None
+        except csv.Error as exc:
+            raise DeviceSheetError(f"{path}: cannot be read as a CSV file ({exc}).") from None
         is_mig = "profile" in header
         required = REQUIRED_MIG_COLUMNS if is_mig else REQUIRED_SPEC_COLUMNS
         missing = [c for c in required if c not in header]
@@ -102,6 +117,8 @@ def read_user_rows(files: Iterable[Path], shipped_keys: Iterable[str]) -> UserRo
                 raise DeviceSheetError(f"{where}: the key {key!r} is already a GPU of {keys[key]}: give your row "
                                        "another key.")
             _check_numbers(where, row, REQUIRED_SPEC_COLUMNS[2:], OPTIONAL_SPEC_COLUMNS)
+            if (row.get("mig") or "").strip().lower() not in MIG_ANSWERS:
+                raise DeviceSheetError(f"{where}: mig is {row['mig']!r}; write yes (and give its MIG table) or no.")
             keys[key] = str(path)
             specs.append((str(path), {**row, "key": key}))
     with_mig = {row["key"] for _, row in specs if row.get("mig", "").strip().lower() == "yes"}
@@ -113,7 +130,8 @@ def read_user_rows(files: Iterable[Path], shipped_keys: Iterable[str]) -> UserRo
 
 
 def _check_numbers(where: str, row: dict[str, str], required: Iterable[str], optional: Iterable[str]) -> None:
-    """Each column of ``required`` a positive number, each of ``optional`` blank or one."""
+    """Each column of ``required`` a finite number in the range a GPU can have (:data:`PLAUSIBLE`), each of
+    ``optional`` blank or one."""
     for column, needed in [*((c, True) for c in required), *((c, False) for c in optional)]:
         text = (row.get(column) or "").strip()
         if not text and not needed:
@@ -122,8 +140,10 @@ def _check_numbers(where: str, row: dict[str, str], required: Iterable[str], opt
             value = float(text)
         except ValueError:
             raise DeviceSheetError(f"{where}: {column} is {text!r}, not a number.") from None
-        if not value > 0:
-            raise DeviceSheetError(f"{where}: {column} is {text}; it must be a positive number.")
+        low, high, unit = PLAUSIBLE[column]
+        if not math.isfinite(value) or not low <= value <= high:
+            raise DeviceSheetError(f"{where}: {column} is {text}; a GPU's is a number from {low:g} to {high:g}"
+                                   f"{' ' + unit if unit else ''}: check the datasheet and the unit.")
 
 
 def template_row(example: dict[str, str], columns: list[str]) -> str:

@@ -7,11 +7,15 @@ pools do not survive a fork) that imports PyTorch and TVM once, then exports the
 one thread each. The graphs come back serialized, and only the parent writes them into its cache.
 
 Fewer blocks than :data:`POOL_FROM` are exported in the calling process (a worker takes seconds to start),
-and so are all of them where no worker could start (a main script read from standard input).
+and so are all of them where no worker could start (a main script read from standard input) or where a worker
+would run the caller's script again: a spawned worker imports the main script, so one that asks for the export
+from its top level, outside ``if __name__ == "__main__":``, would start its search again in every worker. That
+case is said once, with the one line that lets the workers start.
 """
 
 from __future__ import annotations
 
+import ast
 import multiprocessing as mp
 import os
 import signal
@@ -21,10 +25,11 @@ import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from functools import cache
 
 from tqdm import tqdm
 
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, DippmWarning
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.graph.serialize import graph_from_bytes, graph_to_bytes
 from dippm_nas.inputs import TensorSpec
@@ -129,10 +134,66 @@ class BlockPool:
 
 def _spawnable() -> bool:
     """Whether a spawned worker can start: it imports the main script again, which it cannot where that
-    script is no file (``python - < script.py``). The interactive interpreter, ``python -c`` and a notebook
-    have none to import."""
+    script is no file (``python - < script.py``), and must not where this call comes from the script's top
+    level outside its ``__main__`` guard (the worker would run it again). The interactive interpreter,
+    ``python -c`` and a notebook have none to import."""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    return main_file is None or os.path.isfile(main_file)
+    if main_file is None:
+        return True
+    if not os.path.isfile(main_file):
+        return False
+    line = _unguarded_line(main_file)
+    if line is None:
+        return True
+    _say_unguarded(main_file, line)
+    return False
+
+
+def _unguarded_line(main_file: str) -> int | None:
+    """The line of the main script that runs this call from its top level outside ``if __name__ ==
+    "__main__":``, or None where the call comes from inside the guard (or from no top-level statement)."""
+    main = sys.modules["__main__"]
+    frame = sys._getframe()
+    while frame is not None and not (frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    guarded = _guarded_lines(main_file)
+    return None if any(first <= line <= last for first, last in guarded) else line
+
+
+@cache
+def _guarded_lines(main_file: str) -> tuple[tuple[int, int], ...]:
+    """The line ranges of the script's top-level ``if __name__ == "__main__":`` blocks."""
+    try:
+        tree = ast.parse(open(main_file, encoding="utf-8").read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return ((1, sys.maxsize),)  # what cannot be read is not second-guessed
+    return tuple((node.lineno, node.end_lineno or node.lineno) for node in tree.body
+                 if isinstance(node, ast.If) and _is_main_guard(node.test))
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+
+_SAID_UNGUARDED: set[str] = set()
+
+
+def _say_unguarded(main_file: str, line: int) -> None:
+    """Say once per script why its new blocks are exported on one core, and the line that changes it."""
+    if main_file in _SAID_UNGUARDED:
+        return
+    _SAID_UNGUARDED.add(main_file)
+    warnings.warn_explicit("the script asks for its new blocks at its top level, outside `if __name__ == "
+                           "\"__main__\":`: a worker process would run it again, so they are exported here, on one "
+                           "core. Put the script's code under that line to export them in a worker a core.",
+                           DippmWarning, main_file, line)
 
 
 def _exported_here(block: Block, batch: int) -> ModelGraph | Exception:

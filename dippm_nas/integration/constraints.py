@@ -23,7 +23,7 @@ from dippm_nas.prediction import Prediction
 #: candidate fits the device's memory; ``notes`` say which cost model answered, how far the candidate is from what
 #: it learned from, and its latency error on comparable held-out records.
 PREDICTION_ATTRS = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib", "fits",
-                    "mig_profile", "device", "precision", "batch", "cost_model", "notes")
+                    "mig_profile", "device", "precision", "batch", "cost_model", "host_share", "notes")
 
 
 def record_prediction(trial, prediction: Prediction) -> None:
@@ -80,9 +80,8 @@ class HardwareConstraints:
         check_mig_margin(self.mig_margin)
         if isinstance(self.mig_profiles, str):
             object.__setattr__(self, "mig_profiles", (self.mig_profiles,))
-        gpu = self.gpu
-        for name in self.mig_profiles:
-            gpu.mig_profile(name)  # raises with the known profiles of the device
+        gpu = self.gpu  # each profile as the device names it ('1G.5GB' is 1g.5gb, as a device key reads it)
+        object.__setattr__(self, "mig_profiles", tuple(gpu.mig_profile(name).name for name in self.mig_profiles))
 
     @cached_property
     def gpu(self) -> Device:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from dippm_nas.errors import DippmError, one_line
+from dippm_nas.errors import DippmError, DippmWarning, one_line
 from dippm_nas.integration.constraints import FITS_MEMORY, HardwareConstraints, record_prediction
 from dippm_nas.integration.cost_model import HardwareCostModel
 from dippm_nas.integration.featurizer import MACHINE_FAULTS
@@ -29,6 +30,12 @@ class SearchStopped(DippmError):
 
 #: The costs an objective can minimise: latency and energy per batch, energy per sample, memory in MiB.
 COST_OBJECTIVES = ("latency_ms", "energy_j", "energy_j_per_sample", "memory_mib")
+#: A candidate whose host takes at least this share of its latency to issue its operators is host-bound: its
+#: latency is the host's, whatever its GPU work.
+HOST_BOUND_SHARE = 0.9
+#: A search judges its candidates this many at a time (a sampler may close in on host-bound ones late): where
+#: most of them are host-bound, it says so, once.
+HOST_BOUND_SAMPLE = 20
 
 
 class HardwareObjective:
@@ -84,6 +91,7 @@ class HardwareObjective:
         self.max_faults_in_a_row = max_faults_in_a_row
         self._faults_in_a_row = 0
         self._faults_lock = threading.Lock()  # Optuna's n_jobs runs trials in threads
+        self._host_bound: list[int] | None = [0, 0]  # host-bound and scored candidates of the window; None: said
 
     @property
     def directions(self) -> list[str]:
@@ -110,8 +118,12 @@ class HardwareObjective:
         """Ask ``study`` for ``n`` trials (a population, a generation), score their candidates together
         (:meth:`HardwareCostModel.graph_many`: the new blocks of them all are exported at once, in worker
         processes), then judge and tell each as :meth:`__call__` would; returns the trials told. An error
-        of the space or ``accuracy_fn``, or :class:`SearchStopped`, fails the trials not yet told and is raised."""
-        trials = [study.ask() for _ in range(n)]
+        of the space or ``accuracy_fn``, or :class:`SearchStopped`, fails the trials not yet told and is raised.
+        (Optuna's warning that a storage's heartbeat is meant for ``Study.optimize`` is not shown: this method tells
+        or fails every trial it asks itself.)"""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+            trials = [study.ask() for _ in range(n)]
         told: list[optuna.trial.FrozenTrial] = []
         try:
             candidates = [self._sample(trial) for trial in trials]
@@ -153,6 +165,7 @@ class HardwareObjective:
             return self._fault(trial, exc)
         with self._faults_lock:
             self._faults_in_a_row = 0
+            self._count_host_bound(prediction)
         record_prediction(trial, prediction)
         values = constraints.apply(trial, prediction, on_slices)
         if self.prune_infeasible and not HardwareConstraints.feasible(values):
@@ -161,6 +174,26 @@ class HardwareObjective:
             raise optuna.TrialPruned(f"infeasible: {broken}")
         accuracy = float(self.accuracy_fn(candidate))
         return (accuracy, *(float(getattr(prediction, o)) for o in self.objectives))
+
+    def _count_host_bound(self, prediction) -> None:
+        """Say once where most of :data:`HOST_BOUND_SAMPLE` candidates in a row are host-bound: their latencies are
+        the host's and differ little, so a latency objective or bound hardly tells them apart."""
+        counts = self._host_bound
+        if counts is None:
+            return
+        counts[0] += prediction.host_share >= HOST_BOUND_SHARE
+        counts[1] += 1
+        if counts[1] < HOST_BOUND_SAMPLE:
+            return
+        if counts[0] <= HOST_BOUND_SAMPLE // 2:
+            counts[:] = [0, 0]
+            return
+        self._host_bound = None
+        warnings.warn(
+            f"{counts[0]} of {counts[1]} candidates in a row are host-bound on {prediction.device} at batch "
+            f"{prediction.batch} ({prediction.mode}): the host's time to issue their operators is most of their "
+            "latency, so their predicted latencies hardly differ and the search cannot tell them apart by it; "
+            "price the GPU's work with mode='cuda-graphs' or a larger batch", DippmWarning, stacklevel=3)
 
     def _slice_predictions(self, graph, prediction, constraints: HardwareConstraints) -> dict[str, Any]:
         """The candidate's prediction in each slice its latency or energy bound is judged in (none is needed

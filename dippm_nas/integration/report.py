@@ -1,11 +1,12 @@
 """One self-contained HTML report of a hardware-aware study: Pareto fronts, the Pareto table, history.
 
-Plots are Plotly figures with plotly.js inlined, so the file opens with no network. Each front plots
-the study's first objective (by the name ``study.set_metric_names`` gives it) against a predicted cost; points
-are coloured by the smallest MIG profile they fit, completed trials that broke a constraint are grey, and the
-2-D Pareto front (feasible trials that no other feasible trial beats on both axes) is drawn as a line, or
-marked where it is one trial. The history comes from Optuna's
-own ``plot_optimization_history``.
+Plots are Plotly figures with plotly.js inlined, so the file opens with no network. Each plot sets the study's
+first objective (by the name ``study.set_metric_names`` gives it) against a predicted cost; points are coloured by
+the smallest MIG profile they fit (on a GPU with MIG), completed trials that broke a constraint are grey, and the
+plot's 2-D front (feasible trials that no other feasible trial beats on both of its axes) is drawn as a line, or
+marked where it is one trial. The table lists the study's own Pareto front: the feasible trials no other feasible
+trial beats on every objective the study has, and only those (:func:`study_front`). The history comes from
+Optuna's own ``plot_optimization_history``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ PALETTE = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#1
 
 @dataclass(frozen=True)
 class ReportSummary:
-    """What :func:`write_report` wrote: the HTML file, trial counts, the Pareto-optimal trial numbers, the PNGs."""
+    """What :func:`write_report` wrote: the HTML file, trial counts, the numbers of the trials on the study's Pareto
+    front (:func:`study_front`), the PNGs."""
 
     path: Path
     trials: int
@@ -106,20 +108,62 @@ def pareto_2d(trials: list[FrozenTrial], cost: str, maximize: bool) -> list[Froz
     return front
 
 
+def study_front(study: optuna.Study, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The feasible ``trials`` no other feasible one beats on every objective of the study, in the study's
+    directions: its Pareto front (its best trial, for one objective), in trial order.
+
+    >>> study = optuna.create_study(directions=["maximize", "minimize"])
+    >>> for values in ((1.0, 5.0), (2.0, 6.0), (0.5, 7.0)):
+    ...     study.add_trial(optuna.trial.create_trial(values=list(values)))
+    >>> [t.number for t in study_front(study, study.trials)]
+    [0, 1]
+    """
+    import numpy as np
+
+    feasible = [t for t in trials if is_feasible(t)]
+    if not feasible:
+        return []
+    signs = np.array([1.0 if d == optuna.study.StudyDirection.MINIMIZE else -1.0 for d in study.directions])
+    values = np.array([t.values for t in feasible]) * signs  # every objective minimised
+    beaten = [bool(((values <= row).all(axis=1) & (values < row).any(axis=1)).any()) for row in values]
+    return [t for t, lost in zip(feasible, beaten) if not lost]
+
+
 def cost_of(t: FrozenTrial, cost: str) -> float:
     """A scored trial's predicted ``cost`` (a key of :data:`COSTS`)."""
     return trial_memory_mib(t) if cost == "memory_mib" else t.user_attrs[cost]
 
 
-def _group(t: FrozenTrial) -> str:
-    return t.user_attrs.get("mig_profile") or "fits no MIG slice" if is_feasible(t) else INFEASIBLE
+#: What the colours of a study's points tell apart: the smallest MIG profile each fits, on a GPU with MIG.
+MIG_LEGEND = "smallest MIG profile"
+
+
+def has_mig(trials: list[FrozenTrial]) -> bool:
+    """Whether the study's GPU has MIG (by the registry; a GPU it does not know, by whether any trial fits a
+    slice): on one without, no point is coloured by a slice it cannot have."""
+    from dippm_nas.hardware.registry import get_device
+
+    device = next((t.user_attrs["device"] for t in trials if t.user_attrs.get("device")), None)
+    try:
+        return get_device(device).whole_gpu().has_mig
+    except (DippmError, TypeError):
+        return any(t.user_attrs.get("mig_profile") for t in trials)
+
+
+def _group(t: FrozenTrial, mig: bool) -> str:
+    if not is_feasible(t):
+        return INFEASIBLE
+    return (t.user_attrs.get("mig_profile") or "fits no MIG slice") if mig else "feasible"
 
 
 def _groups(trials: list[FrozenTrial]) -> list[tuple[str, str, list[FrozenTrial]]]:
-    """(group, colour, members) in legend order: MIG profiles first, infeasible trials last and grey."""
-    names = sorted({_group(t) for t in trials}, key=lambda g: (g == INFEASIBLE, g))
-    return [(g, "#b0b0b0" if g == INFEASIBLE else PALETTE[i % len(PALETTE)], [t for t in trials if _group(t) == g])
-            for i, g in enumerate(names)]
+    """(group, colour, members) in legend order: MIG profiles (or the feasible trials, on a GPU without MIG)
+    first, infeasible trials last and grey."""
+    mig = has_mig(trials)
+    groups = {t.number: _group(t, mig) for t in trials}
+    names = sorted(set(groups.values()), key=lambda g: (g == INFEASIBLE, g))
+    return [(g, "#b0b0b0" if g == INFEASIBLE else PALETTE[i % len(PALETTE)],
+             [t for t in trials if groups[t.number] == g]) for i, g in enumerate(names)]
 
 
 def _objective_name(study: optuna.Study) -> str:
@@ -146,13 +190,19 @@ def _front_figure(study: optuna.Study, trials: list[FrozenTrial], cost: str, fro
                              marker={"symbol": "star", "size": 14, "color": "black"}))
     device = trials[0].user_attrs.get("device", "")
     fig.update_layout(title=f"{_objective_name(study)} against {COSTS[cost]} on {device}", xaxis_title=COSTS[cost],
-                      yaxis_title=_objective_name(study), legend_title="smallest MIG profile", height=460,
-                      template="plotly_white")
+                      yaxis_title=_objective_name(study), legend_title=MIG_LEGEND if has_mig(trials) else "",
+                      height=460, template="plotly_white")
     return fig
 
 
 def _front_name(front: list[FrozenTrial]) -> str:
-    return "Pareto front" if len(front) > 1 else "Pareto front (one trial)"
+    return "2-D front" if len(front) > 1 else "2-D front (one trial)"
+
+
+def _objective_names(study: optuna.Study) -> str:
+    """The study's objectives in words: the metric names it set, in order, else 'objective i'."""
+    names = study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
+    return ", ".join(f"{name} ({d.name.lower()})" for name, d in zip(names, study.directions))
 
 
 def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
@@ -200,7 +250,7 @@ def _pngs(study: optuna.Study, trials: list[FrozenTrial], fronts: dict[str, list
             ax.scatter(*xy, marker="*", s=90, color="black", label=_front_name(front))
         ax.set_xlabel(label)
         ax.set_ylabel(_objective_name(study))
-        ax.legend(fontsize=7, title="smallest MIG profile", title_fontsize=7)
+        ax.legend(fontsize=7, title=MIG_LEGEND if has_mig(trials) else None, title_fontsize=7)
         fig.tight_layout()
         path = folder / f"pareto_{cost}.png"
         fig.savefig(path, dpi=110)
@@ -235,8 +285,8 @@ def write_report(study: optuna.Study, out: str | Path = "report.html",
     history = optuna.visualization.plot_optimization_history(
         study, target=lambda t: t.values[0], target_name=_objective_name(study))
     sections.append(history.to_html(full_html=False, include_plotlyjs=False, div_id="history"))
-    pareto = sorted({t.number for front in fronts.values() for t in front})
-    by_number = {t.number: t for t in trials}
+    front = study_front(study, trials)
+    pareto = [t.number for t in front]
     feasible = sum(is_feasible(t) for t in trials)
     every = study.get_trials(deepcopy=False)
     states = [t.state.name for t in every]
@@ -246,6 +296,8 @@ def write_report(study: optuna.Study, out: str | Path = "report.html",
                f"{f', {running} running or waiting' if running else ''}. Device "
                f"{html.escape(str(trials[0].user_attrs.get('device')))}, batch {trials[0].user_attrs.get('batch')}, "
                f"precision {html.escape(str(trials[0].user_attrs.get('precision')))}.")
+    colours = ("colours give the smallest MIG profile each candidate fits." if has_mig(trials) else
+               "the GPU has no MIG, so no colour tells slices apart.")
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>dippm-nas report: {html.escape(study.study_name)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:24px;max-width:1300px}}
@@ -255,11 +307,13 @@ th{{background:#f3f3f3}}td:last-child{{font-family:monospace;font-size:11px;max-
 </head><body>
 <h1>dippm-nas report: {html.escape(study.study_name)}</h1>
 <p id="summary">{summary} Predictions come from the cost model named in each row; {_what_grey_means(trials, every)}
-colours give the smallest MIG profile each candidate fits.</p>
-<h2>Pareto fronts</h2>
+{colours}</p>
+<h2>The first objective against each predicted cost</h2>
 {''.join(sections[:3])}
 <h2>Pareto-optimal trials</h2>
-{_table(study, [by_number[n] for n in pareto])}
+<p id="front-objectives">The feasible trials no other feasible trial beats on every objective of the study:
+{html.escape(_objective_names(study))}.</p>
+{_table(study, front)}
 <h2>Search history</h2>
 {sections[3]}
 </body></html>

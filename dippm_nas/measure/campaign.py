@@ -39,7 +39,7 @@ import torch
 
 from dippm_nas.measure.config import MeasureConfig, read_manifest
 from dippm_nas.measure.environment import describe, utc_now
-from dippm_nas.measure.gpu_state import nvml
+from dippm_nas.measure.gpu_state import nvml, require_device
 from dippm_nas.measure.host_cost import measure_host_cost
 from dippm_nas.measure.manifest import records_manifest
 from dippm_nas.measure.runner import COLUMNS, append_rows, measured_keys, run
@@ -258,8 +258,7 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
     ``spaces_manifest`` the search spaces' candidates, ``gemms_plan`` the sweep points of Vidur's GEMMs and
     ``kernels_manifest`` the configurations to profile (None: no such step).
     """
-    if device_kind == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the campaign")
+    require_device(device_kind, "campaign")
     out_dir, start = Path(out_dir), time.monotonic()
     slug = gpu_slug(device_kind)
     plan = selected_steps(steps)

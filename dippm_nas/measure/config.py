@@ -6,9 +6,14 @@ import csv
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from dippm_nas.errors import DippmError, one_line
 from dippm_nas.measure.precision_modes import PRECISIONS
+from dippm_nas.user_files import read_user_csv
 
 __all__ = ["PRECISIONS", "MeasureConfig", "read_manifest", "write_manifest"]
+
+#: The columns a manifest must have; ``source``, ``family`` and ``layout`` may be left out.
+MANIFEST_COLUMNS = ("model", "input_shape", "batch", "precision")
 
 
 @dataclass(frozen=True)
@@ -87,12 +92,19 @@ def read_manifest(path: str | Path) -> list[MeasureConfig]:
     >>> [(cfg.model, cfg.input_shape, cfg.batch, cfg.precision, cfg.source, cfg.layout) for cfg in configs]
     [('resnet18', (3, 160, 160), 32, 'bf16', 'timm', 'nchw')]
     """
-    with Path(path).open(newline="") as fh:
-        return [
-            MeasureConfig(
+    reader = read_user_csv(path, "the manifest")
+    missing = [c for c in MANIFEST_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise DippmError(f"the manifest {path} has no column {', '.join(missing)}; a manifest has columns "
+                         f"{','.join(MANIFEST_COLUMNS)} (`dippm-nas manifest` writes one).")
+    configs = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            configs.append(MeasureConfig(
                 model=row["model"], input_shape=tuple(int(d) for d in row["input_shape"].split("x")),
                 batch=int(row["batch"]), precision=row["precision"], source=row.get("source") or "timm",
-                family=row.get("family", ""), layout=row.get("layout") or "nchw",
-            )
-            for row in csv.DictReader(fh)
-        ]
+                family=row.get("family") or "", layout=row.get("layout") or "nchw",
+            ))
+        except (ValueError, TypeError, AttributeError) as exc:  # TypeError, AttributeError: a short row
+            raise DippmError(f"the manifest {path}, line {line}: {one_line(exc)}; fix the row or delete it.") from None
+    return configs

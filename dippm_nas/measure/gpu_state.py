@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dippm_nas.errors import DippmError
+
 MIB = 2**20
 
 #: pynvml's constants, for NVML modules (fakes) that do not define them.
@@ -37,6 +39,18 @@ SETTLE_MIN_S = 2.0
 SETTLE_CAP_S = 30.0
 
 STATE_COLUMNS = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_limit_w")
+
+
+def require_device(device_kind: str, what: str) -> None:
+    """A DippmError where ``device_kind`` is ``cuda`` and no CUDA device is visible, said before any work that
+    the run would waste (choosing candidates, exporting their blocks). ``torch.cuda.is_available`` makes no CUDA
+    context, so the memory baseline a run takes after it still sees the device without this process."""
+    if device_kind not in ("cuda", "cpu"):
+        raise DippmError(f"device {device_kind!r} is neither 'cuda' nor 'cpu'")
+    import torch
+
+    if device_kind == "cuda" and not torch.cuda.is_available():
+        raise DippmError(f"no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the {what}")
 
 
 def nvml():

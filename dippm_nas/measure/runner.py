@@ -35,7 +35,7 @@ from dippm_nas.errors import one_line
 from dippm_nas.measure.config import MeasureConfig
 from dippm_nas.measure.energy import EnergyMeter
 from dippm_nas.measure.environment import PROTOCOL, Environment, describe, utc_now
-from dippm_nas.measure.gpu_state import GpuProbe, cuda_load_sampler, settle_clocks
+from dippm_nas.measure.gpu_state import GpuProbe, cuda_load_sampler, require_device, settle_clocks
 from dippm_nas.measure.host_cost import HostCost, measure_host_cost
 from dippm_nas.measure.precision_modes import precision_mode, running_in
 from dippm_nas.measure.timing import (
@@ -361,8 +361,7 @@ def run(configs: Iterable[MeasureConfig], out: str | Path, device_kind: str = "c
     cuda_was_up = device_kind == "cuda" and torch.cuda.is_initialized()
     if not cuda_was_up:
         gpu.take_baseline()
-    if device_kind == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the harness")
+    require_device(device_kind, "harness")
     measurement = MEASUREMENTS[what]
     out = Path(out)
     _check_header(out, measurement.columns, what)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from dippm_nas.measure.config import MeasureConfig
+from dippm_nas.measure.gpu_state import require_device
 from dippm_nas.measure.runner import run
 from dippm_nas.precisions import DEFAULT_PRECISION
 
@@ -117,6 +118,7 @@ def measure_space(space, out: str | Path, n: int = 10, batch: int | Sequence[int
     """
     from search_spaces import get_search_space, register_search_space
 
+    require_device(device_kind, "harness")
     if isinstance(space, str):
         space = get_search_space(space)
     else:

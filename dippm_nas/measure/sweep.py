@@ -32,6 +32,7 @@ import torch
 
 from dippm_nas.errors import DippmError, one_line
 from dippm_nas.measure.environment import describe, utc_now
+from dippm_nas.measure.gpu_state import require_device
 from dippm_nas.measure.precision_modes import PRECISION_MODES, PRECISIONS, running_in
 from dippm_nas.measure.runner import append_rows, measured_keys
 from dippm_nas.measure.sweep_operators import KINDS, OperatorKind, Step
@@ -44,6 +45,7 @@ from dippm_nas.measure.sweep_timing import (
     CudaTimer,
     cpu_timer,
 )
+from dippm_nas.user_files import read_user_csv
 
 MIB = 2**20
 
@@ -261,22 +263,21 @@ def read_points(path: str | Path) -> list[Point]:
         raise DippmError(f"no plan of points at {path}; give a CSV with a key column, e.g. "
                          "data/manifests/vidur_gemms.csv")
     points = []
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if "key" not in (reader.fieldnames or []):
-            raise DippmError(f"{path} has no key column; a plan of points lists each point's key, as a sweep's "
-                             "rows name them")
-        for line, row in enumerate(reader, start=2):
-            try:
-                point = Point.from_key(row["key"])
-                if point.kind not in KINDS or point.precision not in PRECISION_MODES:
-                    raise ValueError(f"unknown {'kind' if point.kind not in KINDS else 'precision'}")
-                KINDS[point.kind].operands(point.shape)
-            except (KeyError, ValueError) as exc:
-                raise DippmError(f"{path}, line {line}: {row['key']!r} is no sweep point ({one_line(exc)}); a key "
-                                 f"is kind:name=value;...:precision, of the kinds {', '.join(KINDS)} and the "
-                                 f"precisions {', '.join(PRECISIONS)}") from None
-            points.append(point)
+    reader = read_user_csv(path, "the plan of points")
+    if "key" not in (reader.fieldnames or []):
+        raise DippmError(f"{path} has no key column; a plan of points lists each point's key, as a sweep's "
+                         "rows name them")
+    for line, row in enumerate(reader, start=2):
+        try:
+            point = Point.from_key(row["key"] or "")
+            if point.kind not in KINDS or point.precision not in PRECISION_MODES:
+                raise ValueError(f"unknown {'kind' if point.kind not in KINDS else 'precision'}")
+            KINDS[point.kind].operands(point.shape)
+        except (KeyError, ValueError) as exc:
+            raise DippmError(f"{path}, line {line}: {row['key']!r} is no sweep point ({one_line(exc)}); a key "
+                             f"is kind:name=value;...:precision, of the kinds {', '.join(KINDS)} and the "
+                             f"precisions {', '.join(PRECISIONS)}") from None
+        points.append(point)
     return points
 
 
@@ -293,10 +294,7 @@ def run_sweep(out: str | Path, device_kind: str = "cuda", budget_s: float | None
     A row of a plan of its own leaves ``seed`` empty.
     """
     start = time.monotonic()
-    if device_kind not in ("cuda", "cpu"):
-        raise DippmError(f"device {device_kind!r} is neither 'cuda' nor 'cpu'")
-    if device_kind == "cuda" and not torch.cuda.is_available():
-        raise DippmError("no CUDA device is visible; use device_kind='cpu' (--device cpu) to test the sweep")
+    require_device(device_kind, "sweep")
     out = Path(out)
     prepare_file(out)
     done = measured_keys(out)

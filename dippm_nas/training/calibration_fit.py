@@ -22,7 +22,6 @@ weights, chosen the same way among :data:`MEMORY_FITS`.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from dippm_nas.calibration import ALL_SCALES_FIT, Calibration, CalibrationRow
+from dippm_nas.calibration import ALL_SCALES_FIT, LARGEST_SCALE, Calibration, CalibrationRow
 from dippm_nas.cost.models.calibrated import LatencyParts, memory_terms
 from dippm_nas.cost.models.operators import OperatorCostModel
 from dippm_nas.cost.pipeline.memory import CUDA_CONTEXT_MIB, KERNEL_MODULES_MIB
@@ -46,10 +45,9 @@ from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS
 from dippm_nas.request import Request
 from dippm_nas.training.metrics import mape
 from dippm_nas.training.records import MEMORY_NVML_PROCESS, harness_memory
+from dippm_nas.user_files import read_user_csv
 from search_spaces import SEARCH_SPACES
 
-#: The widest factor a scale may take either way: beyond it a row is more likely wrong than the GPU odd.
-LARGEST_SCALE = 8.0
 #: The weights of the pull of each log-scale towards 0 (a factor of 1), against the mean squared log error,
 #: that a calibration chooses from: from barely a tie-breaker to scales held near 1.
 PRIOR_WEIGHTS = (1e-3, 1e-2, 1e-1, 1.0)
@@ -82,6 +80,8 @@ class MeasuredRow:
     gpu_name: str | None = None
     #: How the forward pass was issued (``eager`` or ``cuda-graphs``); None where the row does not say.
     mode: str | None = None
+    #: Whether the harness ran the row on the CPU (its ``device_kind``): no timing of a GPU.
+    on_cpu: bool = False
 
     @property
     def label(self) -> str:
@@ -100,22 +100,21 @@ def read_rows(path: str | Path, mode: str | None = None) -> list[MeasuredRow]:
     if not file.is_file():
         raise DippmError(f"no measurements file at {path}: give the harness's CSV or one with columns "
                          f"{','.join(MINIMAL_COLUMNS)}.")
-    with open(file, newline="") as f:
-        reader = csv.DictReader(f)
-        columns = set(reader.fieldnames or ())
-        harness = {"latency_ms_median", "input_shape", "status"} <= columns
-        if not harness and not set(MINIMAL_COLUMNS) <= columns:
-            raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
-                             f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
-                             "input_size,precision,mode,energy_j,memory_mib).")
-        rows = []
-        for line, row in enumerate(reader, start=2):
-            if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode or "eager"])):
-                continue
-            try:
-                rows.append(_harness_row(row, line, mode or "eager") if harness else _minimal_row(row, line))
-            except (ValueError, KeyError) as exc:
-                raise DippmError(f"{path}, line {line}: {one_line(exc)}; fix the row or delete it.") from None
+    reader = read_user_csv(file, "the measurements file")
+    columns = set(reader.fieldnames or ())
+    harness = {"latency_ms_median", "input_shape", "status"} <= columns
+    if not harness and not set(MINIMAL_COLUMNS) <= columns:
+        raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
+                         f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
+                         "input_size,precision,mode,energy_j,memory_mib).")
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode or "eager"])):
+            continue
+        try:
+            rows.append(_harness_row(row, line, mode or "eager") if harness else _minimal_row(row, line))
+        except (ValueError, KeyError, TypeError) as exc:  # TypeError: a row with fewer fields than the header
+            raise DippmError(f"{path}, line {line}: {one_line(exc)}; fix the row or delete it.") from None
     return rows
 
 
@@ -142,7 +141,7 @@ def _harness_row(row: dict[str, str], line: int, mode: str) -> MeasuredRow:
     return MeasuredRow(model, int(row["batch"]), latency, size, row["precision"], line,
                        _positive(row, "energy_j", "an energy", strict=False) if eager else None, memory,
                        memory_counts_modules=measure == MEMORY_NVML_PROCESS, gpu_name=row.get("gpu_name") or None,
-                       mode=mode)
+                       mode=mode, on_cpu=row.get("device_kind") == "cpu")
 
 
 def _positive(row: dict[str, str], column: str, what: str, strict: bool = True) -> float | None:
@@ -181,7 +180,7 @@ class Fit:
 
 #: The fits a calibration chooses among, simplest first.
 FITS = (
-    Fit("none (the rows predict best uncalibrated)", (None, None, None)),
+    Fit("none (no fit beat the rows' uncalibrated predictions by more than its noise)", (None, None, None)),
     Fit("one speed of all the GPU's kernels", (0, 0, None)),
     Fit("one speed of the GPU's kernels and the host's issue time", (0, 0, 1)),
     Fit(ALL_SCALES_FIT, (0, 1, 2)),
@@ -220,11 +219,14 @@ def scaled_latency_ms(part: LatencyParts, scales: np.ndarray) -> float:
 def choose_by_left_out(names: Sequence[Name], fit: Callable[[Name, np.ndarray], Params | None],
                        predict: Callable[[Params, int], float], measured: np.ndarray
                        ) -> tuple[Name, Params, np.ndarray]:
-    """The fit of ``names`` (the first always fits) whose leave-one-out predictions of ``measured`` err least,
-    the first where two tie: its name, its parameters fitted on every row and those predictions.
-    ``fit(name, rows)`` gives the parameters of ``name`` fitted on the rows of a boolean mask, or None where
-    it has none valid; ``predict(parameters, i)`` row i's value with them."""
+    """The fit of ``names`` whose leave-one-out predictions of ``measured`` err least, among the first (which
+    always fits: no fit at all, or the spec sheet's) and the fits that beat it by more than their own leave-one-out
+    spread: its name, its parameters fitted on every row and those predictions. A fit chosen on a few rows'
+    leave-one-out error alone would often be chosen on their noise, and then predict the rows to come worse than
+    none (:func:`beats_first`). ``fit(name, rows)`` gives the parameters of ``name`` fitted on the rows of a boolean
+    mask, or None where it has none valid; ``predict(parameters, i)`` row i's value with them."""
     best = None
+    first: np.ndarray | None = None  # each row's left-out error under the first fit
     every = np.ones(len(measured), dtype=bool)
     for name in names:
         left_out = np.zeros(len(measured))
@@ -236,18 +238,35 @@ def choose_by_left_out(names: Sequence[Name], fit: Callable[[Name, np.ndarray], 
                 break
             left_out[i] = predict(params, i)
         else:
-            error = mape(left_out, measured)
-            if best is None or error < best[0]:
+            errors = np.abs(left_out - measured) / measured
+            first = errors if first is None else first
+            if (best is None or errors.mean() < best[0]) and (errors is first or beats_first(first, errors)):
                 params = fit(name, every)  # on every row only a fit that errs least so far
                 if params is not None:
-                    best = (error, name, params, left_out)
+                    best = (errors.mean(), name, params, left_out)
     return best[1], best[2], best[3]
+
+
+def beats_first(first: np.ndarray, errors: np.ndarray) -> bool:
+    """Whether a fit whose rows' left-out errors are ``errors`` beats the first fit's (``first``) by more than its
+    leave-one-out spread: the mean of the rows' gains above one standard error of it.
+
+    >>> beats_first(np.array([0.10, 0.12, 0.08]), np.array([0.02, 0.03, 0.01]))
+    True
+    >>> beats_first(np.array([0.10, 0.12, 0.08]), np.array([0.02, 0.20, 0.05]))  # better on average, by chance
+    False
+    """
+    gains = first - errors
+    if len(gains) < 2:
+        return False
+    return bool(gains.mean() > gains.std(ddof=1) / math.sqrt(len(gains)))
 
 
 def fit_chosen(parts: Sequence[LatencyParts], measured_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, Fit]:
     """The scales of the fit of :data:`FITS`, with the weight of :data:`PRIOR_WEIGHTS`, whose leave-one-out
-    predictions err least (the simpler where two tie), those predictions (ms) and the fit. The error they
-    give is the chosen fit's: a little optimistic, as it was chosen on it."""
+    predictions err least among none and the fits that beat none by more than their noise
+    (:func:`choose_by_left_out`), those predictions (ms) and the fit. The error they give is the chosen fit's: a
+    little optimistic, as it was chosen on it."""
     candidates = [(fit, weight) for fit in FITS for weight in (PRIOR_WEIGHTS if fit.free else PRIOR_WEIGHTS[:1])]
     (fit, _), scales, predicted = choose_by_left_out(
         candidates, lambda candidate, rows: fit_scales([p for p, kept in zip(parts, rows) if kept], measured_s[rows],
@@ -354,10 +373,11 @@ def _held(values: Counter) -> str:
 
 def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: str, source: str,
               graph_of: Callable[[MeasuredRow], object] | None = None, say: Callable[[str], None] = print,
-              model: OperatorCostModel | None = None) -> Calibration:
+              model: OperatorCostModel | None = None, cpu_rows: bool = False) -> Calibration:
     """The calibration of ``device`` at ``precision`` and ``mode`` fitted on ``rows`` (those of another
     precision are left out; those measured on another GPU and a row whose model cannot be built are said and
-    left out), of the shipped operator model or ``model``."""
+    left out), of the shipped operator model or ``model``. Rows the harness ran on the CPU are left out too,
+    unless ``cpu_rows`` says to fit them: a try of the commands without a GPU, which says nothing of one."""
     from dippm_nas import __version__
     from dippm_nas.hardware.registry import device_named, get_device
     from dippm_nas.hosts import DEFAULT_HOST, get_host_profile
@@ -373,9 +393,12 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
     used: list[MeasuredRow] = []
     parts: list[LatencyParts] = []
     terms: list[tuple[float, float, float]] = []
-    elsewhere: Counter[str] = Counter()  # rows measured on another GPU, by its key
+    elsewhere: Counter[str] = Counter()  # rows measured on another GPU (or on the CPU), by its key
     for row in rows:
         if (row.precision or precision) != precision or (row.mode or mode) != mode:
+            continue
+        if row.on_cpu and not cpu_rows:
+            elsewhere[CPU] += 1
             continue
         measured_on = device_named(row.gpu_name) if row.gpu_name else None
         if measured_on not in (None, gpu.key):
@@ -392,9 +415,14 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
         parts.append(LatencyParts.of(model.timed(table, request)))
         terms.append(memory_terms(memory_held(table, request.precision), row.memory_counts_modules))
     for other, count in elsewhere.items():
-        say(f"{count} row{'s' if count > 1 else ''} measured on {other} left out: this calibrates {gpu.key}")
+        say(f"{count} row{'s' if count > 1 else ''} measured on {other} left out: this calibrates {gpu.key}"
+            + (" from its GPU's timings" if other == CPU else ""))
     if len(used) < MIN_ROWS and elsewhere:
         other = elsewhere.most_common(1)[0][0]
+        if other == CPU:
+            raise DippmError(f"{source}'s rows at {precision} were measured on the CPU (device_kind cpu), which says "
+                             f"nothing of {gpu.key}: measure on the GPU (`dippm-nas measure` where it is visible), "
+                             "or give --cpu-rows to try the commands on them.")
         raise DippmError(f"{source}'s rows at {precision} were measured on {other}, not {gpu.key}: calibrate with "
                          f"--device {other}.")
     if len(used) < MIN_ROWS:
@@ -404,8 +432,12 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
                  else "")
         raise DippmError(f"{len(used)} usable rows at {precision} {mode} in {source}: a calibration needs "
                          f"{MIN_ROWS} or more (about ten, spread over batch sizes and models, calibrate best){other}.")
+    if any(row.on_cpu for row in used):
+        say(f"fitted to rows measured on the CPU (--cpu-rows): this calibration tries the commands; it says nothing "
+            f"of {gpu.key}")
     measured = np.array([r.latency_ms for r in used]) * 1e-3
     scales, left_out, fit = fit_chosen(parts, measured)
+    _say_bounds(scales, gpu.key, precision, mode, say)
     before = np.array([scaled_latency_ms(part, np.ones(3)) for part in parts]) * 1e-3
     after = np.array([scaled_latency_ms(part, scales) for part in parts]) * 1e-3
     busy = np.array([part.busy_s for part in parts])
@@ -421,6 +453,24 @@ def calibrate(rows: Sequence[MeasuredRow], device: str, precision: str, mode: st
                        memory_scale=round(float(scales[1]), 4), host_scale=round(float(scales[2]), 4),
                        rows=tuple(out), source=source, version=__version__, host=DEFAULT_HOST, fit=fit.name,
                        idle_w=idle_w, busy_w=busy_w, runtime_mib=runtime_mib, reserve_scale=reserve_scale)
+
+
+#: What :func:`calibrate` names rows the harness ran on the CPU.
+CPU = "the CPU"
+#: The names of the three scales, in their order.
+SCALE_NAMES = ("GEMM-class kernels'", "other kernels'", "host's issue time")
+
+
+def _say_bounds(scales: np.ndarray, gpu: str, precision: str, mode: str, say: Callable[[str], None]) -> None:
+    """Say which scales stopped at :data:`LARGEST_SCALE` either way: the rows are further from what the operator
+    model expects than a GPU's own speed explains, and the fit could not follow them."""
+    bound = [name for name, scale in zip(SCALE_NAMES, scales)
+             if math.isclose(scale, LARGEST_SCALE, rel_tol=1e-3) or math.isclose(scale, 1 / LARGEST_SCALE,
+                                                                                   rel_tol=1e-3)]
+    if bound:
+        say(f"the {' and '.join(bound)} scale stopped at its bound (x{LARGEST_SCALE:g} or x1/{LARGEST_SCALE:g}): "
+            f"the rows are further from the operator model than a GPU's own speed explains; check that they are "
+            f"{gpu}'s, at {precision} in {mode}, in milliseconds for the whole batch")
 
 
 @dataclass(frozen=True)

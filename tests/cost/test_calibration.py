@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,65 @@ def test_the_rows_choose_the_memory_fit_they_can_tell():
     heavier = memory_mib(terms, (1.0, 1.0)) + 300.0
     factors, left_out = fit_memories(terms, heavier)
     assert factors[0] * 695 == pytest.approx(995, rel=1e-6) and np.allclose(left_out, heavier)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.update(gemm_scale=float("inf")), "gemm_scale is inf"),
+    (lambda d: d.update(host_scale=1000.0), "host_scale is 1000.0 (a factor from 0.125 to 8)"),
+    (lambda d: d.update(busy_w=-5.0), "busy_w is -5.0"),
+    (lambda d: d.update(idle_w=900.0, busy_w=300.0), "idle_w (900 W) is above busy_w (300 W)"),
+    (lambda d: d["rows"][0].update(latency_ms=float("nan")), "row 1's latency_ms is nan"),
+    (lambda d: d.update(precision="fp8"), "precision 'fp8'"),
+])
+def test_a_calibration_file_is_checked_as_strictly_as_a_devices_file(tmp_path, h200_calibration, change, says):
+    data = json.loads(h200_calibration.read_text())
+    change(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(DippmError, match=re.escape(says)):
+        load_calibration(bad)
+
+
+def _harness_rows(tmp_path, change) -> Path:
+    """The H200 harness rows of three models at fp32, each row changed by ``change``, as a CSV."""
+    with HARNESS_CSV.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = [r for r in reader if r["precision"] == "fp32" and r["status"] == "ok"
+                and r["model"] in ("visformer_small", "shvit_s2", "gluon_inception_v3")]
+        columns = reader.fieldnames
+    for row in rows:
+        change(row)
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_rows_measured_on_the_cpu_calibrate_no_gpu(tmp_path):
+    path = _harness_rows(tmp_path, lambda row: row.update(device_kind="cpu", gpu_name=""))
+    said = []
+    with pytest.raises(DippmError, match="measured on the CPU .* says nothing of h200: measure on the GPU"):
+        calibrate(read_rows(path), "h200", "fp32", "eager", path.name, graph_of=_stored_graph, say=said.append)
+    assert said == ["12 rows measured on the CPU left out: this calibrates h200 from its GPU's timings"]
+
+
+def test_rows_far_beyond_what_a_gpu_explains_are_said(tmp_path):
+    """Rows a thousand times slower than the H200 runs them (seconds written as milliseconds): the scales stop at
+    their bound, and the calibration says so rather than passing for a fit."""
+    path = _harness_rows(tmp_path, lambda row: row.update(latency_ms_median=str(float(row["latency_ms_median"]) * 1e3)))
+    said = []
+    calibrate(read_rows(path), "h200", "fp32", "eager", path.name, graph_of=_stored_graph, say=said.append)
+    assert any("scale stopped at its bound (x8 or x1/8)" in line and "milliseconds for the whole batch" in line
+               for line in said), said
+
+
+def test_a_calibrated_prediction_far_from_the_rows_batches_says_so(h200_calibration):
+    rows = load_calibration(h200_calibration).rows
+    low, high = min(r.batch for r in rows), max(r.batch for r in rows)
+    graph = _stored_graph(MeasuredRow("shvit_s2", 1, 1.0, 224))
+    near = dippm_nas.predict_graph(scale_batch(graph, high), "h200", "fp32", calibration=h200_calibration)
+    far = dippm_nas.predict_graph(scale_batch(graph, high * 8), "h200", "fp32", calibration=h200_calibration)
+    assert not any("far from this prediction" in n for n in near.notes)
+    assert any(f"measured batch {low}-{high}, far from this prediction's {high * 8}" in n for n in far.notes)

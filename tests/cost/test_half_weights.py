@@ -92,9 +92,34 @@ def test_the_cast_follows_the_weights_dtype(half_linear):
     assert back.nodes == half_linear.nodes and back.param_bytes == half_linear.param_bytes
 
 
-def test_a_half_precision_on_a_gpu_without_half_tensor_cores_is_refused(half_linear):
-    with pytest.raises(DippmError, match="no fp16-weights tensor cores"):
-        dippm_nas.predict_graph(half_linear, "p100-pcie-16gb", "fp16-weights", cost_model="analytical")
+@pytest.mark.parametrize("cost_model", ["operators", "analytical", "residual"])
+def test_each_precision_is_priced_as_pytorch_runs_it_on_the_gpu(half_linear, cost_model):
+    """On a GPU without tensor cores of the precision's format PyTorch still runs it: TF32 flags change nothing
+    (tf32 is fp32-strict), half tensors are computed on the CUDA cores in FP32 arithmetic; each is said. Only
+    bfloat16 without bf16 units, which PyTorch emulates, is refused, and why is said."""
+    half = dippm_nas.predict_graph(half_linear, "p100-pcie-16gb", "fp16-weights", cost_model=cost_model)
+    full_linear = dippm_nas.build_graph(_linear(torch.float32), (4096,), batch=TOKENS)
+    full = dippm_nas.predict_graph(full_linear, "p100-pcie-16gb", "fp32-strict", cost_model=cost_model)
+    assert half.precision == "fp16-weights" and _matmul(half).unit == "CUDA cores (FP32 math on FP16)"
+    assert any("no fp16 tensor cores: PyTorch keeps float16 tensors" in n for n in half.notes), half.notes
+    assert half.latency_ms <= full.latency_ms and half.memory_mib < full.memory_mib  # same arithmetic, half bytes
+    with torch.device("meta"):
+        model = torch.nn.Linear(1024, 1024)
+    graph = dippm_nas.build_graph(model, (1024,), batch=64)
+    tf32 = dippm_nas.predict_graph(graph, "t4", "tf32", cost_model=cost_model)
+    assert tf32.precision == "fp32-strict" and "t4 has no TF32 tensor cores" in " ".join(tf32.notes)
+    assert tf32.latency_ms == dippm_nas.predict_graph(graph, "t4", "fp32-strict", cost_model=cost_model).latency_ms
+    assert "tf32" in dippm_nas.get_device("t4").precisions and "bf16" not in dippm_nas.get_device("t4").precisions
+    with pytest.raises(DippmError, match="t4 .* has no bf16 units .* PyTorch only emulates bfloat16 there"):
+        dippm_nas.predict_graph(graph, "t4", "bf16", cost_model=cost_model)
+
+
+def test_a_depthwise_convolution_under_autocast_says_its_tensors_are_half():
+    with torch.device("meta"):
+        model = torch.nn.Conv2d(64, 64, 7, padding=3, groups=64)
+    p = dippm_nas.predict(model, (64, 56, 56), batch=8, precision="fp16", cost_model="analytical")
+    (conv,) = [n for n in p.estimate.nodes if n.op.endswith("conv2d")]
+    assert conv.unit == "CUDA cores (FP32 math on FP16)"
 
 
 def test_half_inputs_follow_a_half_module():
@@ -117,3 +142,30 @@ def test_a_nas_cost_model_keeps_a_half_model_apart_from_its_float32_twin():
         half = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).half()
     assert repr(full) == repr(half)
     assert [cost.score(m, (64,)).precision for m in (full, half, full)] == ["fp32", "fp16-weights", "fp32"]
+
+
+class _BodyAndHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_a_module_that_pytorch_cannot_run_for_its_mixed_dtypes_is_refused():
+    """Only its head cast by ``.half()``: a float32 activation meets float16 weights, which PyTorch refuses."""
+    model = _BodyAndHead()
+    model.head.half()
+    with pytest.raises(DippmError, match=r"runs linear \(linear_1\) on operands of float16 and float32: PyTorch "
+                                         r"cannot run it as built"):
+        dippm_nas.build_graph(model, (16,), batch=2)
+
+
+def test_a_half_module_cast_to_another_half_dtype_says_one_input_dtype():
+    half = _BodyAndHead().half()
+    notes = dippm_nas.predict(half, (16,), batch=2, precision="bf16-weights", cost_model="analytical").notes
+    assert any("cast to bfloat16" in n and "with bfloat16 inputs" in n for n in notes)
+    assert not any("read in float16" in n for n in notes), notes
+    own = dippm_nas.predict(half, (16,), batch=2, cost_model="analytical").notes
+    assert any("read in float16" in n for n in own)

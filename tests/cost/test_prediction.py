@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dippm_nas import build_graph, mig_table, predict, predict_graph
+from dippm_nas import DippmError, build_graph, mig_table, predict, predict_graph
 from dippm_nas.cli import main
 
 
@@ -105,3 +105,45 @@ def test_predict_table_says_the_units(capsys):
     code, out = _run(capsys, "predict", "resnet18", "--batch", "4", "--json")
     data = json.loads(out)
     assert {"memory_mib", "energy_j_per_sample", "units", "fits", "latency_error"} <= set(data)
+
+
+def test_top_nodes_takes_a_whole_number_of_one_or_more(resnet18_b64):
+    estimate = predict_graph(resnet18_b64, cost_model="analytical").estimate
+    assert len(estimate.top_nodes(3)) == 3
+    for bad in (-1, 0, 5.5, True, "3"):
+        with pytest.raises(DippmError, match="a whole number of 1 or more"):
+            estimate.top_nodes(bad)
+
+
+def test_what_a_prediction_assumed_is_said(resnet18_b64):
+    """A layout that changes nothing priced, a mode's assumptions and the eager records its error is measured on,
+    and how a slice's energy is attributed (two slices of the same SMs differ by their bandwidth alone)."""
+    import torch
+
+    with torch.device("meta"):
+        mlp = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU())
+    graph = build_graph(mlp, (256,), batch=8)
+    assert any("layout nhwc changes nothing priced" in n for n in predict_graph(graph, layout="nhwc").notes)
+    assert not any("changes nothing priced" in n for n in predict_graph(resnet18_b64, layout="nhwc").notes)
+    replayed = predict_graph(resnet18_b64, mode="cuda-graphs")
+    assert any(n.startswith("cuda-graphs: priced as one replay") and "private memory pool" in n
+               for n in replayed.notes)
+    assert "eager timings" in replayed.latency_error.note and "eager timings" in replayed.notes[-1]
+    assert "eager timings" not in predict_graph(resnet18_b64).latency_error.note
+    small, large = (predict_graph(resnet18_b64, f"a100-40gb:{p}") for p in ("1g.5gb", "1g.10gb"))
+    said = [n for n in small.notes if n.startswith("energy in the 1g.5gb slice")]
+    assert said and "14 of 108" in said[0] and small.latency_ms > large.latency_ms and small.energy_j > large.energy_j
+
+
+def test_a_model_of_another_runtime_is_said_to_be_priced_as_pytorch_runs_it(tmp_path):
+    import warnings
+
+    import torch
+
+    path = tmp_path / "mlp.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.nn.Sequential(torch.nn.Linear(16, 8)), (torch.randn(2, 16),), str(path),
+                          dynamo=False)
+    notes = predict(str(path), batch=2, cost_model="analytical").notes
+    assert any("priced as PyTorch eager would run its graph" in n and "ONNX Runtime" in n for n in notes), notes

@@ -80,3 +80,11 @@ def test_unknown_device_lists_known_keys():
     assert "a100-40gb" in str(err.value) and "h100-sxm" in str(err.value)
     with pytest.raises(DippmError, match="its profiles are"):
         get_device("a100-40gb:9g.99gb")
+
+
+def test_a_profile_is_read_in_any_case_wherever_it_is_named():
+    from dippm_nas.integration import HardwareConstraints
+
+    assert get_device("a100-40gb:1G.5GB").key == "a100-40gb:1g.5gb"
+    assert HardwareConstraints(mig_profiles=("1G.5GB",)).mig_profiles == ("1g.5gb",)
+    assert get_device("a100-40gb").mig_profile("3G.20GB").name == "3g.20gb"

@@ -52,7 +52,11 @@ def test_a_users_row_is_listed_as_theirs_and_predicts_everywhere_a_key_does(my_g
 
 @pytest.mark.parametrize("change, message", [
     (lambda row: row.pop("memory_bw_gbs"), "without the column memory_bw_gbs"),
-    (lambda row: row.update(memory_bw_gbs="-300"), "line 2: memory_bw_gbs is -300; it must be a positive number"),
+    (lambda row: row.update(memory_bw_gbs="-300"), "line 2: memory_bw_gbs is -300; a GPU's is a number from 10 to"),
+    (lambda row: row.update(fp32_tflops="inf"), "line 2: fp32_tflops is inf; a GPU's is a number from"),
+    (lambda row: row.update(memory_bw_gbs="504000"), "memory_bw_gbs is 504000; a GPU's is a number from 10 to 50000"),
+    (lambda row: row.update(compute_capability="0.5"), "compute_capability is 0.5; a GPU's is a number from 3 to 20"),
+    (lambda row: row.update(mig="maybe"), "line 2: mig is 'maybe'; write yes (and give its MIG table) or no"),
     (lambda row: row.update(key="h100-sxm"), "line 2: the key 'h100-sxm' is already a GPU of the shipped sheet"),
     (lambda row: row.update(tdp_w="lots"), "line 2: tdp_w is 'lots', not a number"),
 ])

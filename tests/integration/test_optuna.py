@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from dippm_nas import DippmError
+from dippm_nas.errors import DippmWarning
 from dippm_nas.hardware.mig import fits, required_memory
 from dippm_nas.hardware.registry import get_device
 from dippm_nas.integration import (
@@ -196,3 +197,24 @@ def test_plain_model_uses_whole_model_cache():
     first = model.score(net, (3, 32, 32))
     second = model.score(net, (3, 32, 32))
     assert first.latency_ms == second.latency_ms and model.cache.hits["model"] == 1
+
+
+def test_a_search_whose_candidates_are_host_bound_says_so_once(cost, space, monkeypatch):
+    """MobileNetV3 candidates at batch 8 on a whole A100, eager: the host's time to issue their operators is their
+    latency, so the search cannot tell them apart by it and says so, once; under CUDA graphs, or in a slice where the
+    GPU's work is the latency, it says nothing."""
+    import warnings
+
+    from dippm_nas.integration import objective as objective_module
+
+    monkeypatch.setattr(objective_module, "HOST_BOUND_SAMPLE", 4)
+    objective = HardwareObjective(space, proxy, cost)
+    with pytest.warns(DippmWarning) as said:
+        _study(objective)
+    host_bound = [w for w in said if "candidates in a row are host-bound on a100-40gb at batch 8 (eager)" in
+                  str(w.message)]
+    assert len(host_bound) == 1 and "mode='cuda-graphs' or a larger batch" in str(host_bound[0].message)
+    for device, mode in (("a100-40gb", "cuda-graphs"), ("a100-40gb:1g.5gb", "eager")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DippmWarning)
+            _study(HardwareObjective(space, proxy, HardwareCostModel(device, batch=8, mode=mode)))

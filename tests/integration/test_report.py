@@ -11,7 +11,7 @@ import pytest
 from dippm_nas import DippmError
 from dippm_nas.cli import main
 from dippm_nas.integration import HardwareConstraints, HardwareCostModel, HardwareObjective
-from dippm_nas.integration.report import COSTS, pareto_2d, scored_trials, write_report
+from dippm_nas.integration.report import COSTS, pareto_2d, scored_trials, study_front, write_report
 from search_spaces import get_search_space
 
 MODELS = ["resnet18", "resnet50", "mobilenetv3_large_100", "efficientnet_b0", "vit_small_patch16_224",
@@ -53,10 +53,10 @@ def test_report_renders_plots_and_pareto_table(study_url, tmp_path, capsys):
     for cost in COSTS:
         block = dom.split(f'id="front-{cost}"')[1].split('id="front-')[0]
         assert len(re.findall(r'<path class="point"', block)) >= len(trials)  # every trial drawn
-    front = sorted({t.number for cost in COSTS for t in pareto_2d(trials, cost, maximize=True)})
+    front = [t.number for t in study_front(study, trials)]
     table = dom.split('id="pareto-table"')[1].split("</table>")[0]
     listed = sorted(int(n) for n in re.findall(r"<tr><td>(\d+)</td>", table))
-    assert listed == front and front
+    assert listed == front and front and "top-1 (maximize), latency_ms (minimize), energy_j (minimize)" in dom
     assert 'title="' in table and "the residual applies at fp16" in table  # the notes, on hover
     assert "infeasible" in dom or all(t.constraints.get("mig:3g.20gb", 0) <= 0 for t in trials)
     assert (tmp_path / "page.png").stat().st_size > 10_000
@@ -80,3 +80,30 @@ def test_a_large_study_is_drawn_with_webgl(study_url):
     for shown, kind in ((trials, "scatter"), (many, "scattergl")):
         figure = _front_figure(study, shown, "latency_ms", pareto_2d(shown, "latency_ms", maximize=True))
         assert {trace.type for trace in figure.data if trace.mode == "markers"} == {kind}
+
+
+def test_the_table_is_the_studys_front_and_lists_no_dominated_trial(study_url, tmp_path):
+    """A trial on a plot's 2-D front (top-1 against memory, an axis the study does not minimise) that another
+    trial beats on every objective of the study is no Pareto-optimal trial: the table is the study's own front,
+    Optuna's best trials."""
+    study = optuna.load_study(study_name="zoo", storage=study_url)
+    trials = scored_trials(study)
+    summary = write_report(study, tmp_path / "r.html")
+    best = sorted(t.number for t in study.best_trials if all(v <= 0 for v in t.constraints.values()))
+    assert list(summary.pareto) == best
+    on_some_plot = {t.number for cost in COSTS for t in pareto_2d(trials, cost, maximize=True)}
+    values = {t.number: t.values for t in trials}
+    for number in on_some_plot - set(best):  # each dominated on the study's objectives
+        assert any(values[b][0] >= values[number][0] and all(values[b][i] <= values[number][i] for i in (1, 2))
+                   for b in best)
+
+
+def test_on_a_gpu_without_mig_no_point_is_coloured_by_a_slice(tmp_path):
+    space = get_search_space("timm_zoo", entries=MODELS[:4])
+    cost = HardwareCostModel(device="rtx4090", batch=8, cost_model="analytical")
+    objective = HardwareObjective(space, lambda candidate: candidate.metadata["top1"], cost)
+    study = optuna.create_study(directions=objective.directions, sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=4)
+    page = write_report(study, tmp_path / "r.html").path.read_text()
+    assert "fits no MIG slice" not in page and "smallest MIG profile" not in page
+    assert "the GPU has no MIG, so no colour tells slices apart" in page and '"name":"feasible"' in page

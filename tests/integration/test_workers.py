@@ -104,3 +104,33 @@ def test_postgres_four_workers_hundred_trials(postgres_url, tmp_path):
         _check(optuna.load_study(study_name=name, storage=postgres_url), 100, cache)
     finally:
         optuna.delete_study(study_name=name, storage=postgres_url)
+
+
+UNGUARDED_SCRIPT = """
+import sys
+
+from dippm_nas.integration import HardwareCostModel, HardwareObjective, open_study
+from search_spaces import get_search_space
+
+space = get_search_space("mobilenetv3", fixed={"resolution": 128})
+cost = HardwareCostModel(device="a100-40gb", batch=1, workers=2)
+objective = HardwareObjective(space, lambda candidate: 0.0, cost, objectives=("latency_ms",))
+study = open_study("sqlite:///" + sys.argv[1], "unguarded", objective.directions)
+print("told", len(objective.ask_and_tell(study, 2)))
+"""
+
+
+def test_a_search_script_without_a_main_guard_exports_its_blocks_itself(tmp_path):
+    """Written at a script's top level, as the README's snippet is, a generation's new blocks would be exported by
+    spawned workers that run the script again (a search in each): they are exported in the script's process,
+    every trial asked is told and no other is added, and one warning says which line would give it the workers."""
+    script = tmp_path / "search.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "s.db")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "told 2" in done.stdout, done.stderr
+    assert done.stderr.count("outside `if __name__ == \"__main__\":`") == 1 and "Heartbeat" not in done.stderr
+    assert "fault" not in done.stderr.lower()
+    trials = optuna.load_study(study_name="unguarded", storage=f"sqlite:///{tmp_path / 's.db'}").trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2

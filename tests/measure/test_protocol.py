@@ -391,9 +391,9 @@ def test_a_file_of_v1_rows_is_refused_with_what_to_do(tmp_path):
 
 
 #: What the harness may import of the library besides itself: the errors it raises, the precision table with
-#: the dtype sizes it reads, and the graph's operator registry, whose rules count a sweep point's work (pure
-#: Python and numpy, nothing of TVM or the cost models).
-HARNESS_MAY_IMPORT = ("dippm_nas.errors", "dippm_nas.precisions", "dippm_nas.graph")
+#: the dtype sizes it reads, the graph's operator registry, whose rules count a sweep point's work, and the reader
+#: of a user's files (pure Python and numpy, nothing of TVM or the cost models).
+HARNESS_MAY_IMPORT = ("dippm_nas.errors", "dippm_nas.precisions", "dippm_nas.graph", "dippm_nas.user_files")
 
 
 def test_the_harness_imports_nothing_of_the_library():

@@ -30,12 +30,17 @@ def test_a_candidates_name_rebuilds_it(name):
     assert candidate_named(text).signature == candidate.signature
 
 
-def test_a_name_the_space_does_not_have_is_one_clear_error():
+def test_a_name_the_space_does_not_have_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(DippmError, match="depth_0 is one of 2, 3, 4"):
         candidate_named("mobilenetv3:resolution=160,depth_0=9")
     with pytest.raises(DippmError, match="not a NAS-Bench-201 cell"):
         candidate_named("nb201:|nor_conv_3x3~0|")
-    assert not is_candidate_name("resnet:build")  # a module:factory, not an architecture
+    assert is_candidate_name("nb201:garbage")  # no module nb201: the space answers for the name
+    with pytest.raises(DippmError, match="'garbage' is not a NAS-Bench-201 cell"):
+        candidate_named("nb201:garbage")
+    (tmp_path / "resnet.py").write_text("def build():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not is_candidate_name("resnet:build")  # a module of the space's name: a module:factory
 
 
 def test_candidates_span_the_space_from_its_smallest_to_its_largest():
@@ -64,7 +69,8 @@ def test_the_readmes_three_commands_run_as_written(tmp_path):
     commands = _readme_commands()
     assert commands.count("\n") == 3, "the README's NAS-on-your-own-GPU block is three commands"
     script = (commands.replace("--n 10", "--n 3").replace("--batch 256", "--batch 2")
-              .replace("dippm-nas measure", "dippm-nas measure --device cpu"))
+              .replace("dippm-nas measure", "dippm-nas measure --device cpu")
+              .replace("--out my-gpu.json", "--out my-gpu.json --cpu-rows"))
     # and the user's row predicts, calibrated, the first candidate measured
     script += ('name=$(python -c "import csv; r = next(csv.DictReader(open(\'my-gpu-rows.csv\'))); '
                'print(r[\'source\'] + \':\' + r[\'model\'])")\n'
@@ -95,3 +101,9 @@ def test_each_candidate_is_measured_at_each_batch_given(tmp_path):
     rows = read_rows(out)
     assert sorted((r.model, r.batch) for r in rows) == sorted((m, b) for m in {r.model for r in rows} for b in (1, 2))
     assert len({r.model for r in rows}) == 2
+
+
+def test_the_command_line_knows_the_spaces_names():
+    from dippm_nas.cli._common import SPACE_NAMES
+
+    assert SPACE_NAMES == tuple(SEARCH_SPACES)

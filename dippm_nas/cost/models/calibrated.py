@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dippm_nas.calibration import Calibration
-from dippm_nas.cost.error_table import ErrorFigure
+from dippm_nas.cost.error_table import CALIBRATION_GROUP, ErrorFigure
 from dippm_nas.cost.estimate import Estimate, MemoryBreakdown, NotCovered
 from dippm_nas.cost.models.operators import OperatorCostModel
 from dippm_nas.cost.pipeline.host_queue import queued_latency
@@ -64,7 +64,8 @@ class CalibratedCostModel:
         calibration = request.calibration
         held = calibrated_memory(calibration, memory(timed.table, request.precision, request.runtime))
         estimate = summarize(graph, timed, request, self.name, powers=calibration.powers(request.gpu), held=held)
-        notes = estimate.notes + self.operators.notes(request) + (calibration.note(),)
+        notes = estimate.notes + self.operators.notes(request) + (calibration.note(),) + _batch_note(calibration,
+                                                                                                     graph.batch)
         estimate = replace(estimate, notes=notes)
         return estimate if estimate.latency_ms <= 0 else replace(estimate, error=calibration_error(calibration))
 
@@ -90,6 +91,23 @@ class LatencyParts:
     def latency_s(self, gemm_scale: np.ndarray, memory_scale: np.ndarray, host_scale: np.ndarray) -> np.ndarray:
         """The queued latency for each set of scales (one array each, of the same length)."""
         return queued_latency(self.host_s, [self.gemm_s, self.other_s], host_scale, [gemm_scale, memory_scale])
+
+
+#: A batch this many times below the calibration's smallest row's, or above its largest's, is said to be far from
+#: the rows: at small batches the host binds, at large ones the GPU's kernels, and the rows may not have told
+#: the scales of the other regime.
+FAR_BATCH = 4
+
+
+def _batch_note(calibration: Calibration, batch: int) -> tuple[str, ...]:
+    """A note where ``batch`` is far from the batches the calibration's rows measured."""
+    batches = [r.batch for r in calibration.rows]
+    low, high = min(batches), max(batches)
+    if low / FAR_BATCH <= batch <= high * FAR_BATCH:
+        return ()
+    return (f"the calibration's rows measured batch {low}-{high}, far from this prediction's {batch}: its scales "
+            "were fitted where another part of the time (the host's or the kernels') binds; calibrate with rows near "
+            "this batch to trust it here",)
 
 
 def scaled_times(calibration: Calibration, seconds: np.ndarray, gemm_class: np.ndarray) -> np.ndarray:
@@ -125,7 +143,7 @@ def calibration_error(calibration: Calibration) -> ErrorFigure:
     metered = sum(1 for r in calibration.rows if (r.energy_j is not None and calibration.idle_w is not None)
                   or (r.memory_mib is not None and calibration.runtime_mib is not None))
     return ErrorFigure(cost_model=calibration.cost_model, mape=calibration.left_out_mape,
-                       median_ape=calibration.left_out_median, records=len(calibration.rows), group="calibration",
+                       median_ape=calibration.left_out_median, records=len(calibration.rows), group=CALIBRATION_GROUP,
                        devices=(calibration.device,), precisions=(calibration.precision,), batch_min=min(batches),
                        batch_max=max(batches), energy_mape=calibration.energy_left_out_mape,
                        memory_mape=calibration.memory_left_out_mape, target_records=metered)

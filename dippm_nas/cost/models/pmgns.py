@@ -177,7 +177,7 @@ class GraphCorrection:
             notes=coverage_notes(card, graph.family, graph.batch, error) + notes
             + host_bound_notes(max(0.0, 1 - gpu_ms / latency_ms), int((~table.is_view).sum()), request.host,
                                precision.autocast),
-            error=error)
+            error=error, host_share=base.host_share * base.latency_ms / latency_ms)  # the host's time is the base's
         return Corrected(estimate, base.latency_ms, gpu_ratio)
 
     def _inputs(self, graph: ModelGraph, request: Request, reuse: Timed | None) -> NetworkInputs:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from dippm_nas.cost.pipeline.roofline import on_tensor_cores
-from dippm_nas.cost.pipeline.table import NodeTable
-from dippm_nas.graph import operators
+from dippm_nas.cost.pipeline.table import NodeTable, node_table
+from dippm_nas.graph import ModelGraph, operators
+from dippm_nas.hardware.registry import DEFAULT_LAYOUT
 from dippm_nas.hosts import HostProfile
 from dippm_nas.precisions import TF32_FLAGS
 from dippm_nas.request import Request
@@ -19,8 +20,9 @@ def host_bound_notes(wait_share: float, operators_issued: int, host: HostProfile
     """What a user should know when the latency is the host's, not the GPU's (``half``: under autocast)."""
     if wait_share < HOST_BOUND_NOTE_SHARE:
         return ()
-    return (f"the GPU waits on the host for {wait_share:.0%} of this latency: eager PyTorch issues {operators_issued} "
-            f"operators at about {host.issue_us(half):.0f} us each ({host.description}); a faster CPU, "
+    operators_said = f"{operators_issued} operator{'s' * (operators_issued != 1)}"
+    return (f"the GPU waits on the host for {wait_share:.0%} of this latency: eager PyTorch issues {operators_said} "
+            f"at about {host.issue_us(half):.0f} us each ({host.description}); a faster CPU, "
             "CUDA graphs (mode 'cuda-graphs') or torch.compile would shorten it",)
 
 
@@ -50,3 +52,13 @@ def precision_note(table: NodeTable, peak: np.ndarray, request: Request) -> tupl
     if not parts:
         return ()
     return (f"fp32 as PyTorch runs it: {'; '.join(parts)}; precision fp32-strict or tf32 prices other flags",)
+
+
+def layout_note(graph: ModelGraph, request: Request) -> tuple[str, ...]:
+    """Where a layout other than PyTorch's default is asked of a model with no convolution that cuDNN would
+    transpose out of NCHW (a transformer, an MLP), that it changes nothing priced: channels_last is a format of 4-D
+    image tensors."""
+    if request.layout == DEFAULT_LAYOUT or node_table(graph).nchw_transposed_numel.any():
+        return ()
+    return (f"layout {request.layout} changes nothing priced for {graph.name}: it has no convolution on tensor cores "
+            "whose input cuDNN would transpose from NCHW (channels_last is a format of 4-D image tensors)",)

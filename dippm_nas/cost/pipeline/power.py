@@ -26,6 +26,19 @@ def spec_powers(gpu: Device) -> tuple[float, float]:
     return IDLE_POWER_FRACTION * gpu.tdp_w, gpu.tdp_w
 
 
+def slice_energy_note(gpu: Device) -> str:
+    """How the energy of a prediction in a MIG slice is attributed: the slice is a :class:`Device` whose TDP is its
+    GPU's times its share of the SMs (:meth:`~dippm_nas.hardware.Device.as_slice`), so two slices of the same SMs
+    draw the same watts and differ in joules only by how long they run (a slice with more memory slices has
+    more bandwidth)."""
+    whole = gpu.whole_gpu()
+    idle_w, busy_w = spec_powers(gpu)
+    return (f"energy in the {gpu.slice_of} slice: {whole.key}'s power times the slice's share of its SMs "
+            f"({gpu.sm_count} of {whole.sm_count}: {idle_w:.0f} W waiting, {busy_w:.0f} W busy) over the slice's own "
+            "latency and busy time; slices of the same SMs draw the same watts and differ in joules by how long they "
+            "run, which their memory bandwidth sets")
+
+
 def energy_j(latency_s: float, busy_s: float, idle_w: float, busy_w: float) -> float:
     """Joules of one inference: the idle power over the whole latency (the GPU idles while it waits on the
     host) and what the busy power adds over the roofline's busy seconds.

@@ -74,12 +74,7 @@ def peak_tflops(library: str | None, gpu: Device, precision: Precision) -> float
     ...                                                         ("cudnn", "fp32-strict"))]
     [156.0, 19.5, 19.5]
     """
-    unit = precision.tensor_core_format(library)
-    if unit is None:
-        return gpu.fp32_tflops
-    if unit == "tf32":
-        return gpu.tf32_tflops or gpu.fp32_tflops
-    return gpu.tensor_tflops(precision)
+    return gpu.format_tflops(precision.tensor_core_format(library))
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,8 +197,9 @@ def _half_peaks(table: NodeTable, gpu: Device) -> np.ndarray:
 def units(table: NodeTable, peak: np.ndarray, request: Request) -> np.ndarray:
     """Per operator, the unit the roofline priced its arithmetic on, from the peak it used (:attr:`Roofline.peak`):
     tensor cores (TF32, FP16, BF16) for matrix products, attention and convolutions whose channels suit them where
-    the precision's flags allow it, the CUDA cores otherwise (in FP32 for a matrix product, attention or convolution
-    kept off the tensor cores); '' for a view.
+    the precision's flags allow it, the CUDA cores otherwise (in FP32 arithmetic for a matrix product, attention or
+    convolution kept off the tensor cores, on half tensors where they are half: "FP32 math on FP16"); '' for a
+    view.
 
     >>> import dippm_nas
     >>> from dippm_nas.cost.pipeline.table import node_table
@@ -218,5 +214,7 @@ def units(table: NodeTable, peak: np.ndarray, request: Request) -> np.ndarray:
     formats = [HALF_FORMATS[precision.half_dtype] if precision.half_dtype else "tf32",
                *(HALF_FORMATS[dtype] for dtype in HALF_OPERAND_DTYPES)]
     tensor_units = np.asarray([f"tensor cores ({name.upper()})" for name in formats])[table.operand_half]
-    named = np.where(tensor, tensor_units, np.where(library, "CUDA cores (FP32)", "CUDA cores"))
+    fp32_units = np.asarray(["CUDA cores (FP32)" if i == 0 and not precision.half_dtype
+                             else f"CUDA cores (FP32 math on {name.upper()})" for i, name in enumerate(formats)])
+    named = np.where(tensor, tensor_units, np.where(library, fp32_units[table.operand_half], "CUDA cores"))
     return np.where(table.is_view, "", named).astype(object)  # Python strings, as a NodeCost holds them

@@ -43,6 +43,10 @@ class Timed:
         host's unchanged: what a learned correction of the GPU's time gives."""
         return np.log(queued_latency(self.host_s, [self.gpu_s], gpu_scales=[np.exp(log_ratios)]) * 1e3)
 
+    def host_share(self) -> float:
+        """The host's time to issue the operators over the latency (none where nothing runs)."""
+        return float(self.host_s.sum()) / self.latency_s if self.latency_s else 0.0
+
     def host_wait_share(self) -> float:
         """The fraction of the latency the GPU waits on the host (none where nothing runs)."""
         if not self.latency_s:
@@ -75,6 +79,6 @@ def summarize(graph: ModelGraph, timed: Timed, request: Request, name: str,
     notes = precision_note(table, roofline.peak, request) + host_bound_notes(
         timed.host_wait_share(), int((~table.is_view).sum()), request.host, precision.autocast)
     return Estimate(latency_ms=latency_s * 1e3, energy_j=energy, memory_mib=held.total_mib, cost_model=name,
-                    answered_by=name, memory=held, notes=notes,
+                    answered_by=name, memory=held, notes=notes, host_share=timed.host_share(),
                     operators=OperatorCosts(graph, timed.gpu_s * 1e3, roofline.moved, roofline.bound,
                                             partial(units, table, roofline.peak, request)))
