@@ -33,6 +33,7 @@ _EXPORTS = {
     "SliceEstimate": "dippm_nas._predict", "build_graph": "dippm_nas._predict", "mig_table": "dippm_nas._predict",
     "predict": "dippm_nas._predict", "predict_graph": "dippm_nas._predict", "predict_many": "dippm_nas._predict",
     "predict_request": "dippm_nas._predict", "predict_requests": "dippm_nas._predict",
+    "SliceChoice": "dippm_nas._predict", "smallest_slice": "dippm_nas._predict",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,6 +6,8 @@ read and checked once, before the model is exported) and passes it whole to :fun
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import sys
 from collections.abc import Sequence
@@ -290,3 +292,77 @@ def slice_estimates(graph: ModelGraph, request: Request, whole: Prediction | Non
         rows.append(SliceEstimate(profile.name, profile.usable_mib, profile.sm_count, bool(p.fits), p.latency_ms,
                                   p.energy_j, p.memory_mib, p.energy_j_per_sample, p.cost_model))
     return rows
+
+
+@dataclass(frozen=True)
+class SliceChoice:
+    """The smallest MIG slice that runs a model within a latency bound and holds its memory: ``slice`` is that
+    slice's estimate, None where no slice does, and ``reason`` says why in one line."""
+
+    slice: SliceEstimate | None
+    reason: str
+    max_latency_ms: float
+
+    @property
+    def profile(self) -> str | None:
+        """The chosen profile's name, None where no slice meets the bound."""
+        return self.slice.profile if self.slice else None
+
+    def to_dict(self) -> dict[str, object]:
+        """The choice as JSON-ready values."""
+        return {"profile": self.profile, "reason": self.reason, "max_latency_ms": self.max_latency_ms}
+
+
+def check_max_latency(max_latency_ms: object) -> float:
+    """A latency bound must be a finite number of ms above 0: at or below 0 no slice could meet it."""
+    if (not isinstance(max_latency_ms, numbers.Real) or isinstance(max_latency_ms, bool)
+            or not math.isfinite(max_latency_ms) or max_latency_ms <= 0):
+        raise DippmError(f"the latency bound must be a finite number of ms per batch above 0, got {max_latency_ms!r}.")
+    return float(max_latency_ms)
+
+
+def choose_slice(rows: Sequence[SliceEstimate], max_latency_ms: float, gpu: str) -> SliceChoice:
+    """The first of ``rows`` (a :func:`mig_table`, smallest slice first: usable memory, then SMs) whose memory fits
+    and whose latency is at most ``max_latency_ms``; where none is, the reason names the fastest slice that holds
+    the model, or says that none holds it.
+
+    >>> rows = [SliceEstimate("1g.5gb", 4864.0, 14, True, 9.0, 0.1),
+    ...         SliceEstimate("7g.40gb", 40448.0, 98, True, 2.0, 0.1)]
+    >>> choose_slice(rows, 5.0, "a100-40gb").profile
+    '7g.40gb'
+    >>> print(choose_slice(rows, 1.0, "a100-40gb").reason)
+    no MIG slice of a100-40gb runs it within 1 ms per batch: the fastest, 7g.40gb, takes 2 ms
+    """
+    bound = check_max_latency(max_latency_ms)
+    for row in rows:
+        if row.fits and row.latency_ms <= bound:
+            return SliceChoice(row, f"{row.profile} is the smallest slice that holds the model "
+                               f"({row.memory_mib:,.0f} MiB predicted, {row.usable_mib:,.0f} MiB usable) and runs it "
+                               f"within {bound:g} ms per batch ({row.latency_ms:.3g} ms)", bound)
+    holding = [row for row in rows if row.fits]
+    if not holding:
+        return SliceChoice(None, f"no MIG slice of {gpu} holds the model's memory, whatever the latency bound", bound)
+    fastest = min(holding, key=lambda row: row.latency_ms)
+    return SliceChoice(None, f"no MIG slice of {gpu} runs it within {bound:g} ms per batch: the fastest, "
+                       f"{fastest.profile}, takes {fastest.latency_ms:.3g} ms", bound)
+
+
+def smallest_slice(model: Any, max_latency_ms: float, device: str | Device = DEFAULT_DEVICE,
+                   precision: str | None = None, cost_model: str = AUTO, mig_margin: float = DEFAULT_MIG_MARGIN, *,
+                   input_shape: InputLike = None, batch: int = DEFAULT_BATCH, layout: str = DEFAULT_LAYOUT,
+                   mode: str = DEFAULT_MODE, host: str | HostProfile | None = None,
+                   calibration: CalibrationLike = None) -> SliceChoice:
+    """The smallest MIG slice of ``device`` whose latency is at most ``max_latency_ms`` (ms per batch) and whose
+    usable memory holds the model with the ``mig_margin``: :func:`mig_table`'s rows, the first that meets both.
+    A bound no slice meets gives a choice whose ``profile`` is None and whose ``reason`` says so.
+
+    >>> choice = smallest_slice("resnet18", 50.0, "a100-40gb", batch=8)
+    >>> choice.profile
+    '1g.5gb'
+    """
+    bound = check_max_latency(max_latency_ms)
+    request = Request.of(device, precision, layout=layout, mig_margin=mig_margin, mode=mode, host=host,
+                         calibration=calibration, cost_model=cost_model)
+    gpu = request.mig_gpu()  # before the export
+    graph = model if isinstance(model, ModelGraph) else checked_graph(model, input_shape, batch)
+    return choose_slice(slice_estimates(graph, request), bound, gpu.key)

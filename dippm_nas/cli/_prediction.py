@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from dippm_nas.cli._common import check_model_args, format_table, inputs_of, request_of
 
@@ -146,19 +147,23 @@ SLICE_ENERGY = ("energy of a slice: the GPU's waiting and busy watts times the s
 def cmd_mig(args: argparse.Namespace) -> int:
     """``dippm-nas mig``: the arguments, and that the device has MIG, are checked before the heavy imports."""
     request = request_of(args)
-    request.mig_gpu()
+    gpu = request.mig_gpu()
     check_model_args(args)
-    from dippm_nas._predict import checked_graph, predict_request, slice_estimates
+    from dippm_nas._predict import check_max_latency, checked_graph, choose_slice, predict_request, slice_estimates
 
+    bound = None if args.max_latency_ms is None else check_max_latency(args.max_latency_ms)
     graph = checked_graph(args.model, inputs_of(args), args.batch)
-    whole = predict_request(graph, request.on(request.gpu.whole_gpu()))  # a slice key stands for its GPU
+    whole = predict_request(graph, request.on(gpu))  # a slice key stands for its GPU
     rows = slice_estimates(graph, request, whole)
+    choice = None if bound is None else choose_slice(rows, bound, gpu.key)
+    status = 1 if choice is not None and choice.slice is None else 0
     if args.json:
         print(json.dumps({"cost_model": whole.cost_model, "prediction": whole.to_dict(),
                           "profiles": [r.to_dict() for r in rows], "slice_energy": SLICE_ENERGY,
+                          **({"choice": choice.to_dict()} if choice else {}),
                           "units": {"usable_mib": "MiB", "memory_mib": "MiB", "latency_ms": "ms per batch",
                                     "energy_j": "J per batch", "energy_j_per_sample": "J per sample"}}, indent=2))
-        return 0
+        return status
     fits = "fits" if whole.fits else "does NOT fit"
     print(f"{graph.name} at batch {graph.batch}, {whole.precision}, on {whole.device}: {whole.memory_mib:,.0f} MiB "
           f"predicted ({fits} the whole GPU's {whole.memory_available_mib:,.0f} MiB), smallest fitting profile: "
@@ -177,7 +182,9 @@ def cmd_mig(args: argparse.Namespace) -> int:
     if request.gpu.slice_of:
         print(f"note: {args.device} names one slice; mig lists every slice of {whole.device} (`dippm-nas predict "
               f"--device {args.device}` predicts that one alone)")
-    return 0
+    if choice is not None:
+        print(choice.reason, file=sys.stdout if choice.slice else sys.stderr)
+    return status
 
 
 def prediction_rows(p) -> list[list[str]]:
@@ -225,6 +232,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="print a spec-sheet row to fill in with your GPU's datasheet, e.g. "
                         "`dippm-nas devices --template > ~/.config/dippm-nas/devices/my-gpu.csv`")
     d.set_defaults(func=cmd_devices)
-    m = sub.add_parser("mig", help="every MIG profile of a device: does the model fit, how fast there")
+    m = sub.add_parser("mig", help="every MIG profile of a device: does the model fit, how fast there",
+                       description="Every MIG profile of the device (a slice key stands for its GPU): whether the "
+                                   "model's predicted memory plus the margin fits the slice's usable memory, and its "
+                                   "latency and energy there. With --max-latency-ms, also the smallest slice that "
+                                   "holds the model and runs it within the bound; the command exits with 1 where no "
+                                   "slice does, and says why in one line.")
     add_model_args(m)
+    m.add_argument("--max-latency-ms", type=float, default=None, metavar="L",
+                   help="choose the smallest slice with latency <= L ms per batch and memory that fits")
     m.set_defaults(func=cmd_mig)

@@ -71,21 +71,25 @@ def _first_line_is_json(path: str) -> bool:
         return False
 
 
-def check_outputs(out: str, png: str | None) -> None:
-    """``--out`` must be a file to write and ``--png`` a folder: one line where either is the other, before
-    anything is read or drawn."""
+def check_outputs(out: str, png: str | None, screenshot: str | None = None) -> None:
+    """``--out`` and ``--screenshot`` must be files that can be written and ``--png`` a folder files can be written
+    into: one line where one is not, before anything is read or drawn."""
     if os.path.isdir(out):
         raise DippmError(f"--out {out} is a folder; give the HTML file to write, such as "
                          f"{os.path.join(out, 'report.html')}.")
     check_writable(out, "--out")
     if png is not None and (os.path.isfile(png) or os.path.abspath(png) == os.path.abspath(out)):
         raise DippmError(f"--png {png} is a file (or the --out page); give a folder to write the PNG files into.")
+    if png is not None:
+        check_writable(os.path.join(png, "pareto.png"), "a PNG file under --png")
+    if screenshot is not None:
+        check_writable(screenshot, "--screenshot")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``dippm-nas report``: the outputs and the storage URL are checked before Optuna is imported, and a
     storage that cannot be opened or holds no such study is one line."""
-    check_outputs(args.out, args.png)
+    check_outputs(args.out, args.png, args.screenshot)
     check_storage(args.storage)
     import optuna
 

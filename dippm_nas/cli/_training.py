@@ -159,6 +159,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dippm_nas.training.evaluate import evaluate
     from dippm_nas.training.paths import project
 
+    if args.mig:
+        from dippm_nas.training.mig_report import run
+
+        _project(args)
+        print(f"report: {run()}")
+        return 0
     if args.calibration:
         from dippm_nas.training.calibration_check import run
 
@@ -331,6 +337,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            help="instead: on every GPU of timm's and HELP's data, calibrate on ten rows and predict "
                                 "the others with and without it (an operator model that never saw the GPU); writes "
                                 "docs/calibration.md")
+            t.add_argument("--mig", action="store_true",
+                           help="instead: every row of MIGPerf's measured MIG slices of an A100-40GB (data/mig) "
+                                "predicted on its slice: the error per slice and batch range, each slice against "
+                                "7g.40gb, memory per slice and a plot; writes docs/mig.md (a few minutes)")
         t.set_defaults(func=func)
     c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
                        description="Fit up to three scales of one GPU and its host (GEMM-class kernels, the other "

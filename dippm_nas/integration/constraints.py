@@ -83,6 +83,22 @@ class HardwareConstraints:
         gpu = self.gpu  # each profile as the device names it ('1G.5GB' is 1g.5gb, as a device key reads it)
         object.__setattr__(self, "mig_profiles", tuple(gpu.mig_profile(name).name for name in self.mig_profiles))
 
+    @classmethod
+    def in_any_slice(cls, latency_ms: float | None = None, energy_j: float | None = None,
+                     device: str = DEFAULT_DEVICE, mig_margin: float = DEFAULT_MIG_MARGIN) -> HardwareConstraints:
+        """Every MIG profile of ``device``: a candidate is feasible where some slice holds its memory and meets the
+        bounds there, and is judged in the smallest such slice (``mig_slice``), the slice to deploy it in.
+
+        >>> HardwareConstraints.in_any_slice(latency_ms=5.0, device="a100-40gb").mig_profiles[:2]
+        ('1g.5gb', '1g.10gb')
+        """
+        gpu = get_device(device).whole_gpu()
+        if not gpu.has_mig:
+            raise DippmError(f"{gpu.key} ({gpu.name}) does not support MIG: bound the whole GPU instead "
+                             "(HardwareConstraints(latency_ms=...)).")
+        return cls(latency_ms=latency_ms, energy_j=energy_j, device=device, mig_margin=mig_margin,
+                   mig_profiles=tuple(p.name for p in gpu.mig_profiles))
+
     @cached_property
     def gpu(self) -> Device:
         """The device the MIG profiles belong to (a slice key stands for its GPU), read once."""

@@ -22,6 +22,18 @@ def trials_fitting_mig(study: optuna.Study, profile: str, device: str = DEFAULT_
     ]
 
 
+def trials_served_by_slice(study: optuna.Study, profile: str, device: str = DEFAULT_DEVICE) -> list[FrozenTrial]:
+    """Feasible trials judged in ``profile`` or a smaller slice of ``device`` (``mig_slice``, which
+    :class:`~dippm_nas.integration.HardwareConstraints` with MIG profiles records: the smallest slice that holds
+    the candidate and meets its bounds), so that ``profile`` serves each of them within the bounds."""
+    gpu = get_device(device).whole_gpu()
+    order = [p.name for p in gpu.mig_profiles]
+    limit = order.index(gpu.mig_profile(profile).name)
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if is_feasible(t) and _scored_gpu(t) == gpu.key
+            and t.user_attrs.get("mig_slice") in order[:limit + 1]]
+
+
 def _scored_gpu(trial: FrozenTrial) -> str | None:
     """The GPU a trial was scored on (a slice's GPU for a slice), None for a trial dippm-nas did not score."""
     device = trial.user_attrs.get("device")

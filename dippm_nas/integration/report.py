@@ -153,7 +153,13 @@ def has_mig(trials: list[FrozenTrial]) -> bool:
 def _group(t: FrozenTrial, mig: bool) -> str:
     if not is_feasible(t):
         return INFEASIBLE
-    return (t.user_attrs.get("mig_profile") or "fits no MIG slice") if mig else "feasible"
+    return (deployed_slice(t) or "fits no MIG slice") if mig else "feasible"
+
+
+def deployed_slice(t: FrozenTrial) -> str | None:
+    """The slice a trial runs in: the one its latency or energy bounds were judged in (``mig_slice``, the smallest
+    that meets them), else the smallest that holds its memory (``mig_profile``)."""
+    return t.user_attrs.get("mig_slice") or t.user_attrs.get("mig_profile")
 
 
 def _groups(trials: list[FrozenTrial]) -> list[tuple[str, str, list[FrozenTrial]]]:
@@ -206,7 +212,7 @@ def _objective_names(study: optuna.Study) -> str:
 
 
 def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
-    head = ["trial", _objective_name(study), "latency ms/batch", "energy J/batch", "memory MiB", "MIG profile",
+    head = ["trial", _objective_name(study), "latency ms/batch", "energy J/batch", "memory MiB", "MIG slice",
             "cost model", "architecture"]
     rows = []
     for t in front:
@@ -214,11 +220,19 @@ def _table(study: optuna.Study, front: list[FrozenTrial]) -> str:
         arch = a.get("architecture", t.params)
         notes = "\n".join(a.get("notes", ()))  # why this cost model, how far from its data: shown on hover
         rows.append([str(t.number), f"{t.values[0]:.4g}", f"{a['latency_ms']:.4g}", f"{a['energy_j']:.4g}",
-                     f"{trial_memory_mib(t):.0f}", str(a.get("mig_profile") or "none"),
+                     f"{trial_memory_mib(t):.0f}", _slice_cell(t),
                      (str(a.get("cost_model", "")), notes), json.dumps(arch, sort_keys=True)[:400]])
     cells = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     return f'<table id="pareto-table"><thead><tr>{header}</tr></thead><tbody>{cells}</tbody></table>'
+
+
+def _slice_cell(t: FrozenTrial) -> str:
+    """The trial's slice; where its bounds were judged in one, with its latency there."""
+    a = t.user_attrs
+    if a.get("mig_slice"):
+        return f"{a['mig_slice']} ({a['slice_latency_ms']:.4g} ms there)"
+    return str(a.get("mig_profile") or "none")
 
 
 def _cell(content: str | tuple[str, str]) -> str:

@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dippm_nas
@@ -18,7 +19,7 @@ from dippm_nas.cost.models.calibrated import calibrated_memory
 from dippm_nas.errors import DippmError, UnknownModelError
 from dippm_nas.graph.batching import scale_batch
 from dippm_nas.integration import HardwareCostModel
-from dippm_nas.training.calibration_fit import MeasuredRow, calibrate, read_rows
+from dippm_nas.training.calibration_fit import MeasuredRow, calibrate, choose_by_left_out, read_rows
 from dippm_nas.training.dataset import load_graphs
 from dippm_nas.training.records import graph_key
 
@@ -357,3 +358,17 @@ def test_a_calibrated_prediction_far_from_the_rows_batches_says_so(h200_calibrat
     far = dippm_nas.predict_graph(scale_batch(graph, high * 8), "h200", "fp32", calibration=h200_calibration)
     assert not any("far from this prediction" in n for n in near.notes)
     assert any(f"measured batch {low}-{high}, far from this prediction's {high * 8}" in n for n in far.notes)
+
+
+def test_a_fit_better_than_none_only_by_chance_is_not_chosen():
+    """Ten rows' leave-one-out error is noisy: a fit that beats none on average but not by more than its spread
+    (three rows right, one far off) is not chosen; one that beats none on every row is."""
+    measured = np.ones(4)
+    left_out = {"none": [1.10, 0.90, 1.10, 0.90], "lucky": [1.00, 1.00, 1.00, 1.35],
+                "better": [1.02, 0.99, 1.01, 0.98]}
+
+    def chosen(names):
+        return choose_by_left_out(names, lambda name, rows: name, lambda name, i: left_out[name][i], measured)[0]
+
+    assert chosen(["none", "lucky"]) == "none"  # 8.8 % against 10 %, by one row's luck
+    assert chosen(["none", "lucky", "better"]) == "better"
