@@ -130,7 +130,7 @@ def _prediction(graph: ModelGraph, request: Request, estimate: Estimate, precisi
         answered_by=estimate.answered_by, layout=request.layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=error,
-        mode=request.mode, host=request.host.name if request.mode == "eager" else "",
+        mode=request.mode, host=request.host.name if request.mode != "cuda-graphs" else "",
         host_share=estimate.host_share, estimate=estimate,
     )
 

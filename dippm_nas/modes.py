@@ -6,8 +6,9 @@ from __future__ import annotations
 from dippm_nas.errors import DippmError, suggest
 
 #: ``eager``: PyTorch issues every operator from the host (the default). ``cuda-graphs``: the forward
-#: pass is captured once and replayed as one graph, so no operator waits on the host.
-EXECUTION_MODES = ("eager", "cuda-graphs")
+#: pass is captured once and replayed as one graph, so no operator waits on the host. ``compile``: the model as
+#: ``torch.compile(model)`` runs it (TorchDynamo and Inductor, default mode): fused kernels, issued one by one.
+EXECUTION_MODES = ("eager", "cuda-graphs", "compile")
 DEFAULT_MODE = EXECUTION_MODES[0]
 
 
@@ -31,6 +32,10 @@ MODE_NOTES = {
                    "static tensors are not priced. The memory is eager's: the graph's private memory pool, which "
                    "holds the activations again where the warm-up's cached blocks are kept (no "
                    "torch.cuda.empty_cache() after it), is not priced",
+    "compile": "compile: priced as torch.compile(model) with its default backend and mode runs it once compiled "
+               "(TorchDynamo and Inductor: matrix products, convolutions and attention as library calls, the other "
+               "operators fused into generated kernels, no CUDA graphs); the compile time is not part of the "
+               "latency, and the memory is eager's (Inductor's own buffer planning is not priced)",
 }
 #: What a latency error measured on eager timings says under another mode.
-EAGER_RECORDS = "these records are eager timings: no forward pass replayed as a CUDA graph was held out"
+EAGER_RECORDS = "these records are eager timings: no forward pass replayed as a CUDA graph or compiled was held out"

@@ -66,8 +66,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="safety margin on memory when choosing a MIG slice, a fraction from 0 to "
                              f"{MAX_MIG_MARGIN:g} (default: {DEFAULT_MIG_MARGIN})")
     parser.add_argument("--mode", default=DEFAULT_MODE, type=str.lower, choices=list(EXECUTION_MODES),
-                        help="how the forward pass is issued: eager (PyTorch's default, each operator from the host) "
-                             f"or cuda-graphs (one replay, no host wait) (default: {DEFAULT_MODE})")
+                        help="how the forward pass is issued: eager (PyTorch's default, each operator from the host), "
+                             "cuda-graphs (one replay, no host wait) or compile (torch.compile's default: fused "
+                             "kernels, channels-last convolutions where Inductor picks them) "
+                             f"(default: {DEFAULT_MODE})")
     parser.add_argument("--host", default=None, metavar="PROFILE",
                         help="whose CPU issues eager's operators: a host profile of dippm_nas.hosts "
                              "(default: h100-harness, the host of the H100s the harness measured)")

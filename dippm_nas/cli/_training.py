@@ -8,6 +8,7 @@ installed package's, except that ``train`` and ``evaluate --ship`` write the shi
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from pathlib import Path
 
@@ -153,18 +154,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The checks against measured data from outside the project that take no options, by their ``evaluate`` flag.
+CHECK_REPORTS = {"compiled": "dippm_nas.training.compile_report", "mig": "dippm_nas.training.mig_report"}
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Every split and baseline, rendered into the project's ``docs/accuracy.md``."""
     from dippm_nas.training.accuracy_report import write_report
     from dippm_nas.training.evaluate import evaluate
     from dippm_nas.training.paths import project
 
-    if args.mig:
-        from dippm_nas.training.mig_report import run
-
-        _project(args)
-        print(f"report: {run()}")
-        return 0
+    for flag, module in CHECK_REPORTS.items():
+        if getattr(args, flag):
+            _project(args)
+            print(f"report: {importlib.import_module(module).run()}")
+            return 0
     if args.calibration:
         from dippm_nas.training.calibration_check import run
 
@@ -341,6 +345,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            help="instead: every row of MIGPerf's measured MIG slices of an A100-40GB (data/mig) "
                                 "predicted on its slice: the error per slice and batch range, each slice against "
                                 "7g.40gb, memory per slice and a plot; writes docs/mig.md (a few minutes)")
+            t.add_argument("--compiled", action="store_true",
+                           help="instead: timm's compiled runs of an RTX 4090 (data/timm_compiled) predicted with "
+                                "mode compile, and the eager / compiled ratio against the eager runs of the same "
+                                "PyTorch version; writes docs/compile.md")
         t.set_defaults(func=func)
     c = sub.add_parser("calibrate", help="fit the cost model to your own measurements of a GPU and its host",
                        description="Fit up to three scales of one GPU and its host (GEMM-class kernels, the other "

@@ -107,6 +107,9 @@ def read_rows(path: str | Path, mode: str | None = None) -> list[MeasuredRow]:
         raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
                          f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
                          "input_size,precision,mode,energy_j,memory_mib).")
+    if harness and (mode or "eager") not in HARNESS_LATENCY:
+        raise DippmError(f"{path} is the harness's CSV, which times eager and CUDA-graph runs, not mode {mode}: "
+                         "give a file with columns model,batch,latency_ms of your compiled runs (and mode).")
     rows = []
     for line, row in enumerate(reader, start=2):
         if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode or "eager"])):

@@ -111,7 +111,7 @@ def static_features(table: NodeTable) -> dict[str, float]:
         "log_param_bytes": _log(table.param_bytes),
         "log_activation_bytes": _log(float(table.written1[~table.is_view].sum())),
         "n_nodes": float(len(table)),
-        "n_edges": float(table.n_edges),
+        "n_edges": float(len(table.edges)),
         "dippm_convs": float(category_counts[operators.CONV.index]),
         "dippm_dense": float(category_counts[operators.GEMM.index]),
         "dippm_relus": float(counts[vocab.index(RELU)]),

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.estimate import Estimate, OneAtATime
+from dippm_nas.cost.pipeline.fusion import compile_note, compiled, eager_request
 from dippm_nas.cost.pipeline.host_queue import issue_seconds
 from dippm_nas.cost.pipeline.roofline import roofline
 from dippm_nas.cost.pipeline.summary import Timed, summarize
@@ -41,6 +42,8 @@ class AnalyticalCostModel(OneAtATime):
     def timed(self, table: NodeTable, request: Request, reuse: Timed | None = None) -> Timed:
         """Every operator at its roofline time, and the host's time to issue it (``reuse``: nothing of another
         timing is worth reusing)."""
+        if request.mode == "compile":  # the library calls at the layout Inductor chooses, the fused kernels' rooflines
+            return compiled(self.timed(table, eager_request(table, request)), request)
         bounds = roofline(table, request)
         return Timed(table, request, bounds, bounds.time_s, issue_seconds(table, request))
 
@@ -48,7 +51,10 @@ class AnalyticalCostModel(OneAtATime):
         """Latency, energy and memory of one inference of ``graph`` at its batch, with per-operator costs, and
         (``error``) the model's latency error on the measured records most like the request
         (:mod:`dippm_nas.cost.error_table`)."""
-        estimate = summarize(graph, self.timed(node_table(graph), request), request, self.name)
+        timed = self.timed(node_table(graph), request)
+        estimate = summarize(graph, timed, request, self.name)
+        if request.mode == "compile":
+            estimate = replace(estimate, notes=estimate.notes + (compile_note(timed.table),))
         if estimate.latency_ms <= 0:  # nothing runs: no latency to be wrong about
             return estimate
         return replace(estimate, error=lookup(self.name, request.gpu, request.precision, graph.batch))

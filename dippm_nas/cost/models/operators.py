@@ -24,6 +24,7 @@ import numpy as np
 from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.estimate import Estimate, NotCovered
 from dippm_nas.cost.learned.card import OPERATOR_WEIGHTS, load_card, operator_model_mismatch
+from dippm_nas.cost.pipeline.fusion import compile_note, compiled, eager_request
 from dippm_nas.cost.pipeline.host_queue import issue_seconds
 from dippm_nas.cost.pipeline.kernel_times import kernel_times_many
 from dippm_nas.cost.pipeline.roofline import roofline
@@ -70,6 +71,10 @@ class OperatorCostModel:
         reason = self.covers(request)
         if reason:
             raise NotCovered(reason)
+        if request.mode == "compile":  # each graph's library calls at the layout Inductor chooses for it
+            model = load(self.path)
+            return [compiled(self.timed_many([table], eager_request(table, request))[0], request, model.seconds)
+                    for table in tables]
         bounds = [roofline(table, request) for table in tables]
         times = kernel_times_many(tables, bounds, request, load(self.path), learned_s)
         return [Timed(table, request, b, t.seconds, issue_seconds(table, request), t)
@@ -78,7 +83,8 @@ class OperatorCostModel:
     def finished(self, graph: ModelGraph, timed: Timed, request: Request) -> Estimate:
         """The estimate of ``timed``, with the notes of which data backs it and its latency error."""
         estimate = summarize(graph, timed, request, self.name)
-        estimate = replace(estimate, notes=estimate.notes + self.notes(request))
+        compiled_note = (compile_note(timed.table),) if request.mode == "compile" else ()
+        estimate = replace(estimate, notes=estimate.notes + compiled_note + self.notes(request))
         if estimate.latency_ms <= 0:
             return estimate
         return replace(estimate, error=lookup(self.name, request.gpu, request.precision, graph.batch))

@@ -171,7 +171,10 @@ class NodeTable:
     written1: np.ndarray
     out_dims1: np.ndarray  # [n, MAX_RANK]: the last MAX_RANK dimensions of the first output
     shape_attrs: np.ndarray  # [n, len(SHAPE_COLUMNS)], batch-free
-    n_edges: int
+    #: [edges, 2]: (producer, consumer) of each tensor passed between two operators, and the operators whose
+    #: outputs the model returns: what the fusion stage follows
+    edges: np.ndarray
+    outputs: np.ndarray
     param_count: int
     param_bytes: int
     def __post_init__(self) -> None:
@@ -290,7 +293,8 @@ class NodeTable:
             input_bytes=float(sum(t.nbytes for t in graph.inputs)), flops1=flops // batch,
             read1=per_sample_bytes[0], written1=per_sample_bytes[1],
             out_dims1=out_dims1, shape_attrs=shape_attrs,
-            n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
+            edges=graph.edge_array, outputs=np.asarray(graph.outputs, dtype=np.int64),
+            param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
 
     @classmethod
@@ -314,7 +318,8 @@ class NodeTable:
             autocast=autocast, f32_weight=f32_weight, f32_saving=f32_saving,
             alloc_bytes=_alloc_bytes(alloc, f32_saving, autocast),
             free_step=_free_steps(graph, is_view, in_place, held), input_bytes=tables[0].input_bytes,
-            n_edges=len(graph.edges), param_count=graph.param_count, param_bytes=graph.param_bytes,
+            edges=graph.edge_array, outputs=np.asarray(graph.outputs, dtype=np.int64),
+            param_count=graph.param_count, param_bytes=graph.param_bytes,
         )
 
 

@@ -1,0 +1,206 @@
+r"""The fusion stage: the kernels ``torch.compile`` (TorchDynamo and Inductor, default mode) launches for a graph,
+what each moves, and the graph's time when they run.
+
+Inductor keeps matrix products, convolutions and attention as library calls (cuBLAS, cuDNN, the fused attention
+kernels: ``ExternKernel`` nodes; ``max_autotune`` is off by default) and generates one Triton kernel for each
+group of the other operators it can fuse: pointwise operators with their producers and consumers, a reduction (a
+norm, a softmax, a pooling) with the pointwise work before and after it. Batch norm in inference is pointwise
+arithmetic on the convolution's output (folded into the convolution's weights only under ``freezing``, off by
+default), so it fuses with the activation and the residual add that follow; autocast's casts of activations fuse
+into the kernels around them; views become indexing inside a kernel. A library call takes no generated epilogue:
+its output is written once and read by the group that follows.
+
+Two operators fuse when one reads the other's output and no library call lies between them on another path (the
+group would have to run both before and after it): here, when both have the same *library depth*, the number of
+library calls on the longest path from the model's inputs. A generated kernel moves only what crosses its
+boundary, each tensor once:
+
+.. math::
+
+    B_{kernel} = \sum_{i \in kernel} B_i - \sum_{(p, c) \text{ inside}} O_p - \sum_{p \text{ read inside only}} O_p
+
+where :math:`B_i` is what operator :math:`i` moves in eager mode and :math:`O_p` the bytes of :math:`p`'s output;
+its time is a streaming kernel's over those bytes (the operator model's, as for any kernel of that structure, or
+the roofline's). Where a graph has convolutions, Inductor's inference heuristic (``decide_layout_opt``) runs them
+channels last when the benchmarked speed-ups of its convolutions' kinds, weighted by their FLOPs, promise a gain:
+then no convolution pays cuDNN's NCHW transposes (:func:`layout_optimized`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dippm_nas.cost.pipeline.kernel_times import floored, kernel_columns
+from dippm_nas.cost.pipeline.roofline import KERNEL_OVERHEAD_US
+from dippm_nas.cost.pipeline.summary import Timed
+from dippm_nas.cost.pipeline.table import SHAPE_COLUMNS, NodeTable
+from dippm_nas.graph import operators
+from dippm_nas.request import Request
+
+#: Inductor's benchmarked time of a convolution run channels last over its time contiguous, by kind (``GraphLowering
+#: .decide_layout_opt``, PyTorch 2.x): grouped with more than one input channel per group, at most 64 channels in
+#: and out, at least twice as many input channels as output channels with a window, and the others.
+CHANNELS_LAST_TIME = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
+#: A graph with this many operators or more per convolution keeps its layout (``decide_layout_opt``).
+OPERATORS_PER_CONVOLUTION = 300
+
+
+@dataclass(frozen=True, eq=False)
+class Fusion:
+    """The kernels of a compiled graph: each operator's kernel (``-1`` for a view, which launches none), whether it
+    is a library call, the operator whose output it reads where it is a view (``source``: itself otherwise), and
+    per kernel its operators' last (where its time is charged) and a member that leads it (its reduction where it
+    has one: what the kernel's structure is most like)."""
+
+    kernel: np.ndarray
+    library: np.ndarray
+    source: np.ndarray
+    last: np.ndarray
+    lead: np.ndarray
+
+    @property
+    def kernels(self) -> int:
+        """How many kernels the compiled graph launches."""
+        return len(self.last)
+
+    @property
+    def generated(self) -> np.ndarray:
+        """Which kernels Inductor generates (the others are library calls)."""
+        return ~self.library[self.last]
+
+
+def _root(parent: list[int], i: int) -> int:
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def fusion(table: NodeTable) -> Fusion:
+    """The kernels ``torch.compile`` launches for the graph of ``table`` (computed once per table)."""
+    return table.derived("fusion", lambda: _fusion(table))
+
+
+def _fusion(table: NodeTable) -> Fusion:
+    n = len(table)
+    library = operators.kind_table().has_library[table.kind] & ~table.is_view
+    producers: list[list[int]] = [[] for _ in range(n)]
+    for p, c in table.edges.tolist():
+        producers[c].append(p)
+    source = list(range(n))
+    depth = [0] * n
+    parent = list(range(n))
+    for i in range(n):
+        real = [source[p] for p in producers[i]]
+        depth[i] = max((depth[p] + int(library[p]) for p in real), default=0)
+        if table.is_view[i]:
+            source[i] = real[0] if len(real) == 1 else i
+            continue
+        if library[i]:
+            continue
+        for p in real:
+            if not library[p] and not table.is_view[p] and depth[p] == depth[i]:
+                parent[_root(parent, p)] = _root(parent, i)
+    runs = np.flatnonzero(~table.is_view)
+    ids: dict[int, int] = {}
+    kernel = np.full(n, -1, dtype=np.int64)
+    for i in runs.tolist():
+        kernel[i] = ids.setdefault(_root(parent, i), len(ids))
+    last = np.zeros(len(ids), dtype=np.int64)
+    lead = np.full(len(ids), -1, dtype=np.int64)
+    reduces = np.asarray(operators.kind_table().kernel)[table.kind] != "elementwise"
+    for i in runs.tolist():
+        k = kernel[i]
+        last[k] = i
+        if lead[k] < 0 or (reduces[i] and not reduces[lead[k]]):
+            lead[k] = i
+    return Fusion(kernel, library, np.asarray(source, dtype=np.int64), last, lead)
+
+
+def boundary_bytes(table: NodeTable, fused: Fusion, moved: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
+    """Per kernel, the bytes it moves: its operators' eager bytes (``moved``) less each output read inside the
+    kernel, and less the write of each output nothing outside the kernel reads or the model returns (``out_bytes``:
+    each operator's output bytes)."""
+    source, kernel = fused.source, fused.kernel
+    outside = np.zeros(len(kernel), dtype=bool)
+    outside[source[table.outputs]] = True
+    saved = np.zeros(fused.kernels)
+    for p, c in table.edges.tolist():
+        s = source[p]
+        if kernel[c] < 0 or kernel[s] < 0:
+            continue
+        if kernel[s] == kernel[c] and not fused.library[c]:
+            saved[kernel[c]] += out_bytes[s]  # read from registers, not memory
+        else:
+            outside[s] = True
+    written_inside = (kernel >= 0) & ~outside & ~fused.library
+    np.add.at(saved, kernel[written_inside], out_bytes[written_inside])  # never written
+    total = np.zeros(fused.kernels)
+    runs = kernel >= 0
+    np.add.at(total, kernel[runs], moved[runs])
+    return np.maximum(total - saved, 0.0)
+
+
+def layout_optimized(table: NodeTable) -> bool:
+    """Whether Inductor runs the graph's convolutions channels last: it has convolutions, not too few for its size,
+    and their FLOPs weighted by :data:`CHANNELS_LAST_TIME` come to no more than their FLOPs."""
+    conv = (table.category == operators.category_names().index("conv")) & (table.gemm[:, 0] > 0)
+    if not conv.any() or len(table) >= OPERATORS_PER_CONVOLUTION * int(conv.sum()):
+        return False
+    groups, _, out_per_group, depth = table.gemm[conv].T
+    window = table.shape_attrs[conv, SHAPE_COLUMNS.index("kernel_h")] * np.maximum(
+        table.shape_attrs[conv, SHAPE_COLUMNS.index("kernel_w")], 1.0)
+    in_per_group = depth / np.maximum(window, 1.0)
+    out = out_per_group * groups
+    kind = np.select([(groups > 1) & (in_per_group > 1), (out <= 64) & (in_per_group <= 64),
+                      (out * 2 <= in_per_group) & (table.shape_attrs[conv, SHAPE_COLUMNS.index("kernel_h")] > 1)],
+                     [CHANNELS_LAST_TIME["grouped"], CHANNELS_LAST_TIME["small"], CHANNELS_LAST_TIME["in_out"]],
+                     CHANNELS_LAST_TIME["default"])
+    flops = table.flops[conv]
+    return float((flops * kind).sum()) <= float(flops.sum())
+
+
+def eager_request(table: NodeTable, request: Request) -> Request:
+    """The eager request whose library calls a compiled graph's are: channels last where Inductor chooses it."""
+    return replace(request, mode="eager", layout="nhwc" if layout_optimized(table) else request.layout)
+
+
+def compiled(eager: Timed, request: Request, kernel_seconds=None) -> Timed:
+    """The graph of ``eager`` (its timing for :func:`eager_request`) as its compiled kernels run for ``request``:
+    each library call's time as eager's, each generated kernel's over its boundary bytes, by ``kernel_seconds``
+    (the operator model's :meth:`~dippm_nas.cost.learned.operator_network.OperatorModel.seconds`; None: the
+    roofline's), charged at its last operator; the host issues each kernel once (Inductor's wrapper calls them in
+    order)."""
+    table = eager.table
+    fused = fusion(table)
+    columns = kernel_columns(table, eager.roofline.peak, request.gpu, request.precision)
+    traffic = boundary_bytes(table, fused, columns.moved, table.f32_written * columns.element_bytes)
+    flops = np.zeros(fused.kernels)
+    runs = fused.kernel >= 0
+    np.add.at(flops, fused.kernel[runs], table.flops[runs])
+    generated = np.flatnonzero(fused.generated)
+    rows = replace(columns.take(fused.lead[generated]), moved=traffic[generated], flops=flops[generated])
+    floor = np.maximum(rows.flops / rows.peak, rows.moved / (request.gpu.memory_bw_gbs * 1e9))
+    floor = floor + KERNEL_OVERHEAD_US * 1e-6
+    seconds = floor if kernel_seconds is None else floored(0.0, kernel_seconds(rows, request.gpu), floor)
+    gpu_s = np.where(fused.library, eager.gpu_s, 0.0)
+    gpu_s[fused.last[generated]] = seconds
+    host_s = np.zeros(len(table))
+    host_s[fused.last] = request.host.issue_us(half=False) * 1e-6  # autocast is traced away: no casts to dispatch
+    kernels = None if eager.kernels is None else replace(eager.kernels, seconds=gpu_s)
+    return Timed(table, request, eager.roofline, gpu_s, host_s, kernels)
+
+
+def compile_note(table: NodeTable) -> str:
+    """What a compiled prediction assumed of ``table``'s graph: its kernels, and its convolutions' layout."""
+    fused = fusion(table)
+    generated = int(fused.generated.sum())
+    conv = bool((table.category == operators.category_names().index("conv")).any())
+    layout = ("; its convolutions run channels last (Inductor's layout heuristic), without cuDNN's NCHW "
+              "transposes" if layout_optimized(table) else
+              "; its convolutions keep their layout (Inductor's layout heuristic)" if conv else "")
+    return (f"compile: {int((~table.is_view).sum())} operators launch as {fused.kernels} kernels, {generated} "
+            f"generated by Inductor (each priced over the bytes crossing its boundary) and "
+            f"{fused.kernels - generated} library calls priced as in eager mode{layout}")
