@@ -239,7 +239,8 @@ def plot_latency(rows: Sequence[MigRow], predicted: Sequence[float], path: Path)
             if row_index == 0:
                 ax.set_title(model.replace("paraphrase-multilingual-", "").replace("-multilingual-cased", ""),
                              fontsize=9)
-    axes[0][0].legend(title="points: measured\nlines: predicted", fontsize=8, title_fontsize=8)
+    drawn = next((ax for ax in axes.flat if ax.lines), axes[0][0])  # the first panel with a model's rows
+    drawn.legend(title="points: measured\nlines: predicted", fontsize=8, title_fontsize=8)
     fig.suptitle(f"MIG slices of an A100-SXM4-40GB: MIGPerf's measured latency and dippm-nas's ({PRECISION}, eager, "
                  "host fitted at batch 1)", fontsize=11)
     fig.tight_layout()
