@@ -323,8 +323,8 @@ def check_max_latency(max_latency_ms: object) -> float:
 
 def choose_slice(rows: Sequence[SliceEstimate], max_latency_ms: float, gpu: str) -> SliceChoice:
     """The first of ``rows`` (a :func:`mig_table`, smallest slice first: usable memory, then SMs) whose memory fits
-    and whose latency is at most ``max_latency_ms``; where none is, the reason names the fastest slice that holds
-    the model, or says that none holds it.
+    and whose latency is at most ``max_latency_ms`` (a bound :func:`check_max_latency` passed); where none is, the
+    reason names the fastest slice that holds the model, or says that none holds it.
 
     >>> rows = [SliceEstimate("1g.5gb", 4864.0, 14, True, 9.0, 0.1),
     ...         SliceEstimate("7g.40gb", 40448.0, 98, True, 2.0, 0.1)]
@@ -333,7 +333,7 @@ def choose_slice(rows: Sequence[SliceEstimate], max_latency_ms: float, gpu: str)
     >>> print(choose_slice(rows, 1.0, "a100-40gb").reason)
     no MIG slice of a100-40gb runs it within 1 ms per batch: the fastest, 7g.40gb, takes 2 ms
     """
-    bound = check_max_latency(max_latency_ms)
+    bound = float(max_latency_ms)
     for row in rows:
         if row.fits and row.latency_ms <= bound:
             return SliceChoice(row, f"{row.profile} is the smallest slice that holds the model "

@@ -28,15 +28,18 @@ then no convolution pays cuDNN's NCHW transposes (:func:`layout_optimized`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dippm_nas.cost.learned.kernel_structure import KernelColumns
 from dippm_nas.cost.pipeline.kernel_times import floored, kernel_columns
 from dippm_nas.cost.pipeline.roofline import KERNEL_OVERHEAD_US
 from dippm_nas.cost.pipeline.summary import Timed
 from dippm_nas.cost.pipeline.table import SHAPE_COLUMNS, NodeTable
 from dippm_nas.graph import operators
+from dippm_nas.hardware.registry import Device
 from dippm_nas.request import Request
 
 #: Inductor's benchmarked time of a convolution run channels last over its time contiguous, by kind (``GraphLowering
@@ -145,7 +148,12 @@ def boundary_bytes(table: NodeTable, fused: Fusion, moved: np.ndarray, out_bytes
 
 def layout_optimized(table: NodeTable) -> bool:
     """Whether Inductor runs the graph's convolutions channels last: it has convolutions, not too few for its size,
-    and their FLOPs weighted by :data:`CHANNELS_LAST_TIME` come to no more than their FLOPs."""
+    and their FLOPs weighted by :data:`CHANNELS_LAST_TIME` come to no more than their FLOPs (decided once per
+    table)."""
+    return table.derived("layout optimized", lambda: _layout_optimized(table))
+
+
+def _layout_optimized(table: NodeTable) -> bool:
     conv = (table.category == operators.category_names().index("conv")) & (table.gemm[:, 0] > 0)
     if not conv.any() or len(table) >= OPERATORS_PER_CONVOLUTION * int(conv.sum()):
         return False
@@ -167,7 +175,8 @@ def eager_request(table: NodeTable, request: Request) -> Request:
     return replace(request, mode="eager", layout="nhwc" if layout_optimized(table) else request.layout)
 
 
-def compiled(eager: Timed, request: Request, kernel_seconds=None) -> Timed:
+def compiled(eager: Timed, request: Request,
+             kernel_seconds: Callable[[KernelColumns, Device], np.ndarray] | None = None) -> Timed:
     """The graph of ``eager`` (its timing for :func:`eager_request`) as its compiled kernels run for ``request``:
     each library call's time as eager's, each generated kernel's over its boundary bytes, by ``kernel_seconds``
     (the operator model's :meth:`~dippm_nas.cost.learned.operator_network.OperatorModel.seconds`; None: the
