@@ -6,8 +6,6 @@ read and checked once, before the model is exported) and passes it whole to :fun
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import sys
 from collections.abc import Sequence
@@ -22,7 +20,7 @@ from dippm_nas.cost.error_table import CALIBRATION_GROUP
 from dippm_nas.cost.pipeline.notes import layout_note
 from dippm_nas.cost.pipeline.power import slice_energy_note
 from dippm_nas.cost_model_names import AUTO
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, is_finite_number
 from dippm_nas.graph.model_graph import ModelGraph
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, mig_choice, required_memory
 from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, Device
@@ -315,8 +313,7 @@ class SliceChoice:
 
 def check_max_latency(max_latency_ms: object) -> float:
     """A latency bound must be a finite number of ms above 0: at or below 0 no slice could meet it."""
-    if (not isinstance(max_latency_ms, numbers.Real) or isinstance(max_latency_ms, bool)
-            or not math.isfinite(max_latency_ms) or max_latency_ms <= 0):
+    if not is_finite_number(max_latency_ms) or max_latency_ms <= 0:
         raise DippmError(f"the latency bound must be a finite number of ms per batch above 0, got {max_latency_ms!r}.")
     return float(max_latency_ms)
 

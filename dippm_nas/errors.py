@@ -7,6 +7,8 @@ line and exits with status 2, so the message itself must say what was wrong and 
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 from collections.abc import Iterable
 
 
@@ -44,6 +46,16 @@ class MissingExtraError(DippmError, ImportError):
 
 class ExportError(DippmError):
     """The model could not be traced with the given inputs (wrong shape, unsupported control flow)."""
+
+
+def is_finite_number(value: object) -> bool:
+    """Whether ``value`` is a finite real number, the only kind a bound or a margin may be (``True`` is not one,
+    although Python counts it an int; NaN would reach a comparison that is always false).
+
+    >>> is_finite_number(2.5), is_finite_number(float("nan")), is_finite_number(True), is_finite_number("5")
+    (True, False, False, False)
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

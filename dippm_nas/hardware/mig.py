@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, is_finite_number
 from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, MigProfile, get_device
 
 #: Default headroom on top of the predicted memory. NVIDIA's usable memory differs by 1-2 % between
@@ -33,7 +31,7 @@ def check_mig_margin(margin: float) -> float:
     >>> check_mig_margin(0.05)
     0.05
     """
-    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
+    if not is_finite_number(margin) or margin < 0:
         raise DippmError(f"the MIG safety margin must be a fraction >= 0 of the predicted memory (0.05 adds 5 %), "
                          f"got {margin!r}.")
     if margin > MAX_MIG_MARGIN:

@@ -8,12 +8,11 @@ says by how much a candidate misses.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from dippm_nas.errors import DippmError
+from dippm_nas.errors import DippmError, is_finite_number
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin, required_memory
 from dippm_nas.hardware.registry import DEFAULT_DEVICE, Device, get_device
 from dippm_nas.prediction import Prediction
@@ -44,7 +43,7 @@ def check_bound(name: str, bound: object) -> None:
     reach Optuna as a constraint it cannot compare."""
     if bound is None:
         return
-    if not isinstance(bound, numbers.Real) or isinstance(bound, bool) or not math.isfinite(bound) or bound <= 0:
+    if not is_finite_number(bound) or bound <= 0:
         raise DippmError(f"the {name} bound must be a finite number above 0 ({BOUNDS[name]}), got {bound!r}; "
                          "leave it at None to not constrain it.")
 
