@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dippm_nas.training.metrics import kendall_tau
+from dippm_nas.training.metrics import kendall_tau, mape, within
 from dippm_nas.training.paths import project
 
 GPU = "rtx4090"
@@ -101,19 +101,19 @@ def figures(mine: list[Pair]) -> dict:
     eager = np.array([p.eager_ms for p in mine])
     predicted_eager = np.array([p.predicted_eager_ms for p in mine])
     same = [p for p in mine if p.same_batch]
-    ratio = np.array([abs(p.ratio_error) for p in same])
+    measured_ratio = np.array([p.eager_ms / p.compiled_ms for p in same])
+    predicted_ratio = np.array([p.predicted_eager_ms / p.predicted_compiled_ms for p in same])
     return {
         "models": len(mine), "same_batch": len(same),
-        "compiled_mape": float(np.mean(np.abs(predicted / compiled - 1))),
+        "compiled_mape": mape(predicted, compiled),
         "compiled_kendall": kendall_tau(predicted, compiled),
-        "eager_mape": float(np.mean(np.abs(predicted_eager / eager - 1))),
-        "eager_as_compiled_mape": float(np.mean([abs(p.predicted_eager_ms * p.compiled_batch / p.eager_batch
-                                                     / p.compiled_ms - 1) for p in mine])),
-        "ratio_within_share": float(np.mean(ratio <= BARS["ratio_within"])) if len(same) else None,
-        "ratio_median_abs_error": float(np.median(ratio)) if len(same) else None,
-        "measured_ratio_median": float(np.median([p.eager_ms / p.compiled_ms for p in same])) if same else None,
-        "predicted_ratio_median": float(np.median([p.predicted_eager_ms / p.predicted_compiled_ms
-                                                   for p in same])) if same else None,
+        "eager_mape": mape(predicted_eager, eager),
+        "eager_as_compiled_mape": mape(predicted_eager * np.array([p.compiled_batch / p.eager_batch for p in mine]),
+                                       compiled),
+        "ratio_within_share": within(predicted_ratio, measured_ratio, BARS["ratio_within"]) if same else None,
+        "ratio_median_abs_error": float(np.median(np.abs(predicted_ratio / measured_ratio - 1))) if same else None,
+        "measured_ratio_median": float(np.median(measured_ratio)) if same else None,
+        "predicted_ratio_median": float(np.median(predicted_ratio)) if same else None,
     }
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dippm_nas.training.metrics import mape
 from dippm_nas.training.paths import project
 
 GPU = "a100-40gb"
@@ -113,7 +114,7 @@ def fitted_host(rows: Sequence[MigRow], default: Sequence) -> tuple[object, floa
 
 
 def _mape(pairs: Sequence[tuple[float, float]]) -> float | None:
-    return float(np.mean([abs(p / m - 1.0) for p, m in pairs])) if pairs else None
+    return mape(*np.array(pairs).T) if pairs else None
 
 
 def _bias(pairs: Sequence[tuple[float, float]]) -> float | None:
