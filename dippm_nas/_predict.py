@@ -50,8 +50,9 @@ def predict_graph(graph: ModelGraph, device: str | Device = DEFAULT_DEVICE, prec
     """Predict for a graph already built (its batch size is the graph's).
 
     ``mode`` is how the forward pass is issued: ``eager`` (PyTorch's default: one host thread issues each
-    operator, ``host`` names whose CPU, :data:`dippm_nas.hosts.HOST_PROFILES`) or ``cuda-graphs`` (one
-    replay, no operator waits on the host).
+    operator, ``host`` names whose CPU, :data:`dippm_nas.hosts.HOST_PROFILES`), ``cuda-graphs`` (one
+    replay, no operator waits on the host), ``compile`` (``torch.compile``'s kernels, each issued from the host)
+    or ``compile-cudagraphs`` (those kernels in one replay).
 
     ``fits`` says whether the predicted memory plus the ``mig_margin`` fits the device's memory (a MIG
     slice's usable memory); where it does not, the first note says by how much and about which batch
@@ -128,7 +129,7 @@ def _prediction(graph: ModelGraph, request: Request, estimate: Estimate, precisi
         answered_by=estimate.answered_by, layout=request.layout,
         mig_reason=reason, gflops=graph.flops / 1e9, params_m=graph.param_count / 1e6,
         notes=notes, fits=fits_memory, memory_available_mib=gpu.memory_mib, latency_error=error,
-        mode=request.mode, host=request.host.name if request.mode != "cuda-graphs" else "",
+        mode=request.mode, host=request.host.name if not request.replayed else "",
         host_share=estimate.host_share, estimate=estimate,
     )
 

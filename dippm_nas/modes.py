@@ -8,8 +8,14 @@ from dippm_nas.errors import DippmError, suggest
 #: ``eager``: PyTorch issues every operator from the host (the default). ``cuda-graphs``: the forward
 #: pass is captured once and replayed as one graph, so no operator waits on the host. ``compile``: the model as
 #: ``torch.compile(model)`` runs it (TorchDynamo and Inductor, default mode): fused kernels, issued one by one.
-EXECUTION_MODES = ("eager", "cuda-graphs", "compile")
+#: ``compile-cudagraphs``: ``torch.compile(model, mode="reduce-overhead")``, the same fused kernels replayed as one
+#: CUDA graph.
+EXECUTION_MODES = ("eager", "cuda-graphs", "compile", "compile-cudagraphs")
 DEFAULT_MODE = EXECUTION_MODES[0]
+#: The modes whose kernels are Inductor's, grouped by the fusion stage, not eager's operators.
+COMPILED_MODES = frozenset({"compile", "compile-cudagraphs"})
+#: The modes replayed as a CUDA graph: the GPU never waits on the host between kernels.
+REPLAYED_MODES = frozenset({"cuda-graphs", "compile-cudagraphs"})
 
 
 def check_mode(mode: str) -> str:
@@ -36,6 +42,10 @@ MODE_NOTES = {
                "(TorchDynamo and Inductor: matrix products, convolutions and attention as library calls, the other "
                "operators fused into generated kernels, no CUDA graphs); the compile time is not part of the "
                "latency, and the memory is eager's (Inductor's own buffer planning is not priced)",
+    "compile-cudagraphs": "compile-cudagraphs: priced as torch.compile(model, mode=\"reduce-overhead\") runs it "
+                          "once compiled and captured: the kernels of mode compile, replayed as one CUDA graph with "
+                          "no host time between them; the compile time, the capture and the copy of new inputs "
+                          "into its static tensors are not priced, and the memory is eager's",
 }
 #: What a latency error measured on eager timings says under another mode.
 EAGER_RECORDS = "these records are eager timings: no forward pass replayed as a CUDA graph or compiled was held out"

@@ -19,8 +19,9 @@ UNITS: dict[str, str] = {
     "gflops": "GFLOPs for one inference of the whole batch",
     "params_m": "millions of parameters",
     "host": "the host profile whose issue time eager mode pays per operator and compile per kernel ('' under "
-            "cuda-graphs)",
-    "host_share": "the host's time to issue the operators as a fraction of the latency (0 under cuda-graphs)",
+            "cuda-graphs and compile-cudagraphs)",
+    "host_share": "the host's time to issue the operators as a fraction of the latency (0 where the pass is "
+                  "replayed as a CUDA graph)",
 }
 
 
@@ -59,8 +60,8 @@ class Prediction:
     fits: bool | None = None
     memory_available_mib: float | None = None
     latency_error: ErrorFigure | None = None
-    #: How the forward pass is issued: ``eager`` (from the host, ``host`` names its profile), ``cuda-graphs`` or
-    #: ``compile`` (each compiled kernel from the host).
+    #: How the forward pass is issued: ``eager`` (from the host, ``host`` names its profile), ``cuda-graphs``,
+    #: ``compile`` (each compiled kernel from the host) or ``compile-cudagraphs`` (the compiled kernels replayed).
     mode: str = DEFAULT_MODE
     host: str = ""
     #: The host's time to issue the operators over the latency: near 1 the latency is the host's, the same for

@@ -18,7 +18,7 @@ from dippm_nas.errors import DippmError
 from dippm_nas.hardware.mig import DEFAULT_MIG_MARGIN, check_mig_margin
 from dippm_nas.hardware.registry import DEFAULT_DEVICE, DEFAULT_LAYOUT, Device, check_layout, get_device
 from dippm_nas.hosts import HostProfile, get_host_profile
-from dippm_nas.modes import DEFAULT_MODE, check_mode
+from dippm_nas.modes import COMPILED_MODES, DEFAULT_MODE, REPLAYED_MODES, check_mode
 from dippm_nas.precisions import Precision, precision_named
 
 if TYPE_CHECKING:
@@ -86,6 +86,16 @@ class Request:
         calibration.check_for(gpu.whole_gpu().key, precision.name, mode)
         fitted = calibration.fitted_host(get_host_profile(calibration.host))
         return cls(gpu, precision, layout, mig_margin, mode, fitted, calibration, cost_model)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the model runs as ``torch.compile`` builds it: the fusion stage's kernels, not eager's."""
+        return self.mode in COMPILED_MODES
+
+    @property
+    def replayed(self) -> bool:
+        """Whether the forward pass is replayed as a CUDA graph: no host time between kernels."""
+        return self.mode in REPLAYED_MODES
 
     def mig_gpu(self) -> Device:
         """The whole GPU of the request's device (a slice stands for its GPU), or a DippmError where it has no MIG."""

@@ -67,8 +67,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                              f"{MAX_MIG_MARGIN:g} (default: {DEFAULT_MIG_MARGIN})")
     parser.add_argument("--mode", default=DEFAULT_MODE, type=str.lower, choices=list(EXECUTION_MODES),
                         help="how the forward pass is issued: eager (PyTorch's default, each operator from the host), "
-                             "cuda-graphs (one replay, no host wait) or compile (torch.compile's default: fused "
-                             "kernels, channels-last convolutions where Inductor picks them) "
+                             "cuda-graphs (one replay, no host wait), compile (torch.compile's default: fused "
+                             "kernels, channels-last convolutions where Inductor picks them) or compile-cudagraphs "
+                             "(torch.compile's reduce-overhead: compile's kernels in one replay) "
                              f"(default: {DEFAULT_MODE})")
     parser.add_argument("--host", default=None, metavar="PROFILE",
                         help="whose CPU issues eager's operators: a host profile of dippm_nas.hosts "

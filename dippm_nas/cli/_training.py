@@ -370,7 +370,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "rows say, fp32 where they say none; a file of several asks you to choose)")
     c.add_argument("--mode", default=None, type=str.lower, choices=list(EXECUTION_MODES),
                    help="calibrate the rows of this execution mode (default: the mode the rows say, eager where "
-                        "they say none); cuda-graphs reads the harness's CUDA-graph latencies")
+                        "they say none); cuda-graphs reads the harness's CUDA-graph latencies, compile and "
+                        "compile-cudagraphs its compiled rows (measure --mode compile)")
     c.add_argument("--out", required=True, metavar="PROFILE.json", help="the calibration file to write")
     c.add_argument("--cpu-rows", action="store_true",
                    help="fit rows measured on the CPU too (measure --device cpu), which are otherwise left out: to try "

@@ -37,10 +37,10 @@ class HardwareCostModel:
     ``precision`` is one of :data:`dippm_nas.precisions.PRECISIONS`, None for each candidate's own (``fp32``, or
     the half-weights precision of a candidate whose weights are all half; :func:`dippm_nas.predict`).
     ``cost_model="auto"`` takes the learned model wherever it answers and the analytical one elsewhere.
-    ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU, or
-    ``cuda-graphs``), and ``calibration`` a fit to the user's own measurements of the GPU,
-    :func:`dippm_nas.predict_graph`. ``workers``: the processes that export many new blocks at once
-    (:meth:`score_many`), one a core by default.
+    ``mode`` and ``host``: how the deployed model will issue its operators (eager from ``host``'s CPU,
+    ``cuda-graphs``, ``compile`` or ``compile-cudagraphs``: :data:`dippm_nas.modes.EXECUTION_MODES`), and
+    ``calibration`` a fit to the user's own measurements of the GPU, :func:`dippm_nas.predict_graph`.
+    ``workers``: the processes that export many new blocks at once (:meth:`score_many`), one a core by default.
 
     >>> import optuna
     >>> from search_spaces import get_search_space

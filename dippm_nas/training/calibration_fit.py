@@ -54,8 +54,11 @@ PRIOR_WEIGHTS = (1e-3, 1e-2, 1e-1, 1.0)
 #: Fewer rows than this cannot separate three scales from noise.
 MIN_ROWS = 3
 MINIMAL_COLUMNS = ("model", "batch", "latency_ms")
-#: The harness's latency column of each execution mode.
+#: The harness's latency column of each execution mode: in its latency rows, and in its compiled rows
+#: (``measure --mode compile``).
 HARNESS_LATENCY = {"eager": "latency_ms_median", "cuda-graphs": "latency_ms_cuda_graphs"}
+COMPILED_HARNESS_LATENCY = {"eager": "latency_ms_eager", "compile": "latency_ms_compiled",
+                            "compile-cudagraphs": "latency_ms_compiled_cudagraphs"}
 #: The names and the parameters of the fits :func:`choose_by_left_out` chooses among.
 Name = TypeVar("Name")
 Params = TypeVar("Params")
@@ -92,30 +95,37 @@ class MeasuredRow:
 
 def read_rows(path: str | Path, mode: str | None = None) -> list[MeasuredRow]:
     """The measured rows of a harness CSV or a minimal one; a file of neither kind is one clear DippmError.
-    Harness rows whose status is not ``ok`` are left out. A harness row holds both modes: its eager latency,
-    or with ``mode="cuda-graphs"`` its forward replayed as a CUDA graph (rows whose capture failed are left
-    out), without its energy and memory, which the harness measures in the eager window. A minimal file's rows
-    are as the user ran them, in the mode its ``mode`` column says (None where it has none)."""
+    Harness rows whose status is not ``ok`` are left out. A harness row holds several modes: a latency row its
+    eager latency, or with ``mode="cuda-graphs"`` its forward replayed as a CUDA graph (rows whose capture failed
+    are left out), without its energy and memory, which the harness measures in the eager window; a compiled row
+    (``measure --mode compile``) its eager, ``compile`` and ``compile-cudagraphs`` latencies, without energy or
+    memory. A minimal file's rows are as the user ran them, in the mode its ``mode`` column says (None where it
+    has none)."""
     file = Path(path)
     if not file.is_file():
         raise DippmError(f"no measurements file at {path}: give the harness's CSV or one with columns "
                          f"{','.join(MINIMAL_COLUMNS)}.")
     reader = read_user_csv(file, "the measurements file")
     columns = set(reader.fieldnames or ())
-    harness = {"latency_ms_median", "input_shape", "status"} <= columns
+    latency_columns = next((kind for kind in (HARNESS_LATENCY, COMPILED_HARNESS_LATENCY)
+                            if {kind["eager"], "input_shape", "status"} <= columns), None)
+    harness = latency_columns is not None
     if not harness and not set(MINIMAL_COLUMNS) <= columns:
         raise DippmError(f"{path} has columns {', '.join(sorted(columns)) or 'none'}: give the harness's CSV or "
                          f"one with columns {','.join(MINIMAL_COLUMNS)} (and optionally "
                          "input_size,precision,mode,energy_j,memory_mib).")
-    if harness and (mode or "eager") not in HARNESS_LATENCY:
-        raise DippmError(f"{path} is the harness's CSV, which times eager and CUDA-graph runs, not mode {mode}: "
-                         "give a file with columns model,batch,latency_ms of your compiled runs (and mode).")
+    if harness and (mode or "eager") not in latency_columns:
+        other = "its compiled rows (`dippm-nas measure --mode compile`)" if latency_columns is HARNESS_LATENCY else (
+            "its latency rows (`dippm-nas measure`)")
+        raise DippmError(f"{path} is the harness's CSV, which times {', '.join(latency_columns)} runs, not mode "
+                         f"{mode}: give {other}, or a file with columns model,batch,latency_ms (and mode).")
     rows = []
     for line, row in enumerate(reader, start=2):
-        if harness and (row["status"] != "ok" or not row.get(HARNESS_LATENCY[mode or "eager"])):
+        if harness and (row["status"] != "ok" or not row.get(latency_columns[mode or "eager"])):
             continue
         try:
-            rows.append(_harness_row(row, line, mode or "eager") if harness else _minimal_row(row, line))
+            rows.append(_harness_row(row, line, latency_columns[mode or "eager"], mode or "eager") if harness
+                        else _minimal_row(row, line))
         except (ValueError, KeyError, TypeError) as exc:  # TypeError: a row with fewer fields than the header
             raise DippmError(f"{path}, line {line}: {one_line(exc)}; fix the row or delete it.") from None
     return rows
@@ -134,12 +144,12 @@ def _minimal_row(row: dict[str, str], line: int) -> MeasuredRow:
                        _positive(row, "memory_mib", "a memory"), mode=mode)
 
 
-def _harness_row(row: dict[str, str], line: int, mode: str) -> MeasuredRow:
+def _harness_row(row: dict[str, str], line: int, column: str, mode: str) -> MeasuredRow:
     size = int(row["input_shape"].split("x")[-1])
     source = row.get("source") or "timm"  # a space's rows name their candidate as space:architecture
     model = f"{source}:{row['model']}" if source in SEARCH_SPACES else row["model"]
-    latency = float(row[HARNESS_LATENCY[mode]])
-    eager = mode == "eager"
+    latency = float(row[column])
+    eager = column == HARNESS_LATENCY["eager"]  # energy and memory are the latency rows' eager window's
     memory, measure = harness_memory(row) if eager else (None, "")
     return MeasuredRow(model, int(row["batch"]), latency, size, row["precision"], line,
                        _positive(row, "energy_j", "an energy", strict=False) if eager else None, memory,

@@ -101,6 +101,38 @@ def test_a_compiled_prediction_is_faster_says_what_it_assumed_and_pmgns_declines
         dippm_nas.predict_graph(graph, "a100-40gb", "fp16", "pmgns", mode="compile")
 
 
+def test_compile_with_cuda_graphs_replays_the_same_kernels():
+    """compile-cudagraphs: compile's kernels, no host time between them; never slower than compile."""
+    graph = dippm_nas.build_graph("resnet18", batch=4)
+    compiled = dippm_nas.predict_graph(graph, "a100-40gb", "fp16", mode="compile")
+    replayed = dippm_nas.predict_graph(graph, "a100-40gb", "fp16", mode="compile-cudagraphs")
+    assert replayed.latency_ms < compiled.latency_ms and replayed.host == "" and replayed.host_share == 0
+    assert [n for n in replayed.notes if "launch as" in n] == [n for n in compiled.notes if "launch as" in n]
+    assert any("reduce-overhead" in n for n in replayed.notes)
+
+
+def test_autocast_casts_fuse_into_their_producers():
+    """Under fp16 autocast, a layer norm's float32 output read only by a linear layer is written in half by the
+    compiled kernel, and the linear layer reads it without a cast kernel: both cheaper than eager's."""
+    from dippm_nas.cost.pipeline.fusion import compiled, eager_request, narrowed_outputs
+    from dippm_nas.cost.pipeline.host_queue import issue_seconds
+    from dippm_nas.cost.pipeline.summary import Timed
+
+    graph = dippm_nas.build_graph(nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 256)).eval(), (64, 256),
+                                  batch=64)
+    table = node_table(graph)
+    request = dippm_nas.Request.of("a100-40gb", "fp16", mode="compile")
+    norm = next(i for i, n in enumerate(graph.nodes) if n.kind == "layer_norm")
+    linear = next(i for i, n in enumerate(graph.nodes) if n.kind == "matmul")
+    assert narrowed_outputs(table, fusion(table))[norm]
+    library = eager_request(table, request)
+    bounds = roofline(table, library)
+    eager = Timed(table, library, bounds, bounds.time_s, issue_seconds(table, library))
+    fused = compiled(eager, request)
+    assert fused.gpu_s[linear] < eager.gpu_s[linear]  # no cast of its input
+    assert fused.gpu_s[norm] < eager.gpu_s[norm]  # one kernel, half the write
+
+
 def test_compile_from_the_command_line(capsys):
     assert main(["predict", "resnet18", "--batch", "16", "--precision", "fp16", "--mode", "compile"]) == 0
     out = capsys.readouterr().out
@@ -113,12 +145,21 @@ def test_every_kind_is_a_library_call_or_fusible():
     assert {"conv2d", "matmul"} <= {k for k, lib in zip(operators.vocabulary(), kinds.has_library) if lib}
 
 
-def test_a_harness_file_cannot_calibrate_compiled_runs(tmp_path):
-    """The harness times eager and CUDA-graph runs only: asked for compiled ones, its file is refused in one line."""
+def test_the_harness_compiled_rows_calibrate_compiled_runs(tmp_path):
+    """The harness's compiled rows give each mode they timed; its latency rows, asked for compiled runs, are refused
+    in one line that names the rows to give."""
     from dippm_nas.training.calibration_fit import read_rows
 
-    path = tmp_path / "harness.csv"
-    path.write_text("model,input_shape,batch,precision,status,latency_ms_median\nresnet18,3x224x224,8,fp16,ok,2.0\n")
-    with pytest.raises(DippmError, match="not mode compile: give a file with columns model,batch,latency_ms"):
-        read_rows(path, mode="compile")
-    assert len(read_rows(path)) == 1
+    latency = tmp_path / "harness.csv"
+    latency.write_text("model,input_shape,batch,precision,status,latency_ms_median\nresnet18,3x224x224,8,fp16,ok,2\n")
+    with pytest.raises(DippmError, match=r"not mode compile: give its compiled rows \(`dippm-nas measure --mode"):
+        read_rows(latency, mode="compile")
+    assert len(read_rows(latency)) == 1
+    compiled = tmp_path / "compiled.csv"
+    compiled.write_text("model,input_shape,batch,precision,status,latency_ms_eager,latency_ms_compiled,"
+                        "latency_ms_compiled_cudagraphs\nresnet18,3x224x224,8,fp16,ok,2.0,1.5,\n")
+    assert [(r.mode, r.latency_ms) for r in read_rows(compiled, mode="compile")] == [("compile", 1.5)]
+    assert [r.latency_ms for r in read_rows(compiled)] == [2.0]
+    assert read_rows(compiled, mode="compile-cudagraphs") == []  # not captured: left out
+    with pytest.raises(DippmError, match="give its latency rows"):
+        read_rows(compiled, mode="cuda-graphs")

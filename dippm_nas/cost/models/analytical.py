@@ -42,7 +42,7 @@ class AnalyticalCostModel(OneAtATime):
     def timed(self, table: NodeTable, request: Request, reuse: Timed | None = None) -> Timed:
         """Every operator at its roofline time, and the host's time to issue it (``reuse``: nothing of another
         timing is worth reusing)."""
-        if request.mode == "compile":  # the library calls at the layout Inductor chooses, the fused kernels' rooflines
+        if request.compiled:  # the library calls at the layout Inductor chooses, the fused kernels' rooflines
             return compiled(self.timed(table, eager_request(table, request)), request)
         bounds = roofline(table, request)
         return Timed(table, request, bounds, bounds.time_s, issue_seconds(table, request))
@@ -53,8 +53,8 @@ class AnalyticalCostModel(OneAtATime):
         (:mod:`dippm_nas.cost.error_table`)."""
         timed = self.timed(node_table(graph), request)
         estimate = summarize(graph, timed, request, self.name)
-        if request.mode == "compile":
-            estimate = replace(estimate, notes=estimate.notes + (compile_note(timed.table),))
+        if request.compiled:
+            estimate = replace(estimate, notes=estimate.notes + (compile_note(timed),))
         if estimate.latency_ms <= 0:  # nothing runs: no latency to be wrong about
             return estimate
         return replace(estimate, error=lookup(self.name, request.gpu, request.precision, graph.batch))

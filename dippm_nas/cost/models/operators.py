@@ -71,7 +71,7 @@ class OperatorCostModel:
         reason = self.covers(request)
         if reason:
             raise NotCovered(reason)
-        if request.mode == "compile":  # each graph's library calls at the layout Inductor chooses for it
+        if request.compiled:  # each graph's library calls at the layout Inductor chooses for it
             model = load(self.path)
             return [compiled(self.timed_many([table], eager_request(table, request))[0], request, model.seconds)
                     for table in tables]
@@ -83,7 +83,7 @@ class OperatorCostModel:
     def finished(self, graph: ModelGraph, timed: Timed, request: Request) -> Estimate:
         """The estimate of ``timed``, with the notes of which data backs it and its latency error."""
         estimate = summarize(graph, timed, request, self.name)
-        compiled_note = (compile_note(timed.table),) if request.mode == "compile" else ()
+        compiled_note = (compile_note(timed),) if request.compiled else ()
         estimate = replace(estimate, notes=estimate.notes + compiled_note + self.notes(request))
         if estimate.latency_ms <= 0:
             return estimate

@@ -120,9 +120,9 @@ class GraphCorrection:
     def covers(self, request: Request) -> str | None:
         """None where it answers ``request``, else why not: the card's precisions and vocabulary, then its
         reference inputs, checked once; a compiled model it was never shown (its records are eager runs)."""
-        if request.mode == "compile":
-            return ("PMGNS corrects eager and CUDA-graph timings and learned from no compiled run: for mode compile "
-                    "choose the operator model (the default) or the analytical one")
+        if request.compiled:
+            return ("PMGNS corrects eager and CUDA-graph timings and learned from no compiled run: for mode "
+                    f"{request.mode} choose the operator model (the default) or the analytical one")
         return not_covered(request.precision.name, self.path) or _inputs_mismatch(self.path, operators.fingerprint())
 
     def correct(self, graph: ModelGraph, request: Request, reuse: Timed | None = None) -> Corrected:

@@ -6,9 +6,12 @@ kernels: ``ExternKernel`` nodes; ``max_autotune`` is off by default) and generat
 group of the other operators it can fuse: pointwise operators with their producers and consumers, a reduction (a
 norm, a softmax, a pooling) with the pointwise work before and after it. Batch norm in inference is pointwise
 arithmetic on the convolution's output (folded into the convolution's weights only under ``freezing``, off by
-default), so it fuses with the activation and the residual add that follow; autocast's casts of activations fuse
-into the kernels around them; views become indexing inside a kernel. A library call takes no generated epilogue:
-its output is written once and read by the group that follows.
+default), so it fuses with the activation and the residual add that follow; views become indexing inside a
+kernel. A library call takes no generated epilogue: its output is written once and read by the group that follows.
+Autocast's casts of activations are pointwise operators too: each fuses into the kernel that produces its input,
+so a library call reads its inputs in its own precision without a cast kernel before it, and a kernel whose float32
+output only library calls of the lower precision read writes it in that precision (:func:`narrowed_outputs`).
+Autocast's casts of weights stay kernels of their own: a weight has no producer in the graph to fuse with.
 
 Two operators fuse when one reads the other's output and no library call lies between them on another path (the
 group would have to run both before and after it): here, when both have the same *library depth*, the number of
@@ -35,9 +38,9 @@ import numpy as np
 
 from dippm_nas.cost.learned.kernel_structure import KernelColumns
 from dippm_nas.cost.pipeline.kernel_times import floored, kernel_columns
-from dippm_nas.cost.pipeline.roofline import KERNEL_OVERHEAD_US
+from dippm_nas.cost.pipeline.roofline import KERNEL_OVERHEAD_US, roofline
 from dippm_nas.cost.pipeline.summary import Timed
-from dippm_nas.cost.pipeline.table import SHAPE_COLUMNS, NodeTable
+from dippm_nas.cost.pipeline.table import FULL_BYTES, SHAPE_COLUMNS, NodeTable
 from dippm_nas.graph import operators
 from dippm_nas.hardware.registry import Device
 from dippm_nas.request import Request
@@ -122,10 +125,12 @@ def _fusion(table: NodeTable) -> Fusion:
     return Fusion(kernel, library, np.asarray(source, dtype=np.int64), last, lead)
 
 
-def boundary_bytes(table: NodeTable, fused: Fusion, moved: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
+def boundary_bytes(table: NodeTable, fused: Fusion, moved: np.ndarray, out_bytes: np.ndarray,
+                   narrowed: np.ndarray | None = None) -> np.ndarray:
     """Per kernel, the bytes it moves: its operators' eager bytes (``moved``) less each output read inside the
     kernel, and less the write of each output nothing outside the kernel reads or the model returns (``out_bytes``:
-    each operator's output bytes)."""
+    each operator's output bytes); ``narrowed``: per operator, the bytes its output's write saves where a generated
+    kernel writes it (:func:`narrowed_outputs`)."""
     source, kernel = fused.source, fused.kernel
     outside = np.zeros(len(kernel), dtype=bool)
     outside[source[table.outputs]] = True
@@ -140,10 +145,27 @@ def boundary_bytes(table: NodeTable, fused: Fusion, moved: np.ndarray, out_bytes
             outside[s] = True
     written_inside = (kernel >= 0) & ~outside & ~fused.library
     np.add.at(saved, kernel[written_inside], out_bytes[written_inside])  # never written
+    if narrowed is not None:
+        written = (kernel >= 0) & outside & ~fused.library
+        np.add.at(saved, kernel[written], narrowed[written])
     total = np.zeros(fused.kernels)
     runs = kernel >= 0
     np.add.at(total, kernel[runs], moved[runs])
     return np.maximum(total - saved, 0.0)
+
+
+def narrowed_outputs(table: NodeTable, fused: Fusion) -> np.ndarray:
+    """Which operators' float32 outputs under autocast a compiled graph writes in the lower precision: those that
+    only library calls of the lower precision read (the cast each of them makes of it fuses into the producer)."""
+    lower_library = table.autocast.lower & fused.library
+    read_lower, read = np.ones(len(table), dtype=bool), np.zeros(len(table), dtype=bool)
+    for p, c in table.edges.tolist():
+        if not table.is_view[c]:  # a view's readers are edges of their own, from the view's source
+            s = fused.source[p]
+            read[s] = True
+            read_lower[s] &= bool(lower_library[c])
+    read_lower[fused.source[table.outputs]] = False
+    return table.autocast.stays_f32 & read & read_lower & ~fused.library
 
 
 def layout_optimized(table: NodeTable) -> bool:
@@ -178,14 +200,19 @@ def eager_request(table: NodeTable, request: Request) -> Request:
 def compiled(eager: Timed, request: Request,
              kernel_seconds: Callable[[KernelColumns, Device], np.ndarray] | None = None) -> Timed:
     """The graph of ``eager`` (its timing for :func:`eager_request`) as its compiled kernels run for ``request``:
-    each library call's time as eager's, each generated kernel's over its boundary bytes, by ``kernel_seconds``
-    (the operator model's :meth:`~dippm_nas.cost.learned.operator_network.OperatorModel.seconds`; None: the
-    roofline's), charged at its last operator; the host issues each kernel once (Inductor's wrapper calls them in
-    order)."""
+    each library call's time as eager's less the casts of its inputs, each generated kernel's over its boundary
+    bytes, by ``kernel_seconds`` (the operator model's
+    :meth:`~dippm_nas.cost.learned.operator_network.OperatorModel.seconds`; None: the roofline's), charged at its
+    last operator; the host issues each kernel once (Inductor's wrapper calls them in order), or never where the
+    pass is replayed as a CUDA graph."""
     table = eager.table
     fused = fusion(table)
-    columns = kernel_columns(table, eager.roofline.peak, request.gpu, request.precision)
-    traffic = boundary_bytes(table, fused, columns.moved, table.f32_written * columns.element_bytes)
+    precision = request.precision
+    columns = kernel_columns(table, eager.roofline.peak, request.gpu, precision)
+    narrowed = None
+    if precision.autocast:
+        narrowed = narrowed_outputs(table, fused) * table.f32_written * (FULL_BYTES - precision.element_bytes)
+    traffic = boundary_bytes(table, fused, columns.moved, table.f32_written * columns.element_bytes, narrowed)
     flops = np.zeros(fused.kernels)
     runs = fused.kernel >= 0
     np.add.at(flops, fused.kernel[runs], table.flops[runs])
@@ -194,22 +221,27 @@ def compiled(eager: Timed, request: Request,
     floor = np.maximum(rows.flops / rows.peak, rows.moved / (request.gpu.memory_bw_gbs * 1e9))
     floor = floor + KERNEL_OVERHEAD_US * 1e-6
     seconds = floor if kernel_seconds is None else floored(0.0, kernel_seconds(rows, request.gpu), floor)
-    gpu_s = np.where(fused.library, eager.gpu_s, 0.0)
+    casts_s = eager.roofline.time_s - roofline(table, eager.request, casts_fused=True).time_s
+    gpu_s = np.where(fused.library, eager.gpu_s - casts_s, 0.0)
     gpu_s[fused.last[generated]] = seconds
     host_s = np.zeros(len(table))
-    host_s[fused.last] = request.host.issue_us(half=False) * 1e-6  # autocast is traced away: no casts to dispatch
+    if not request.replayed:  # autocast is traced away: no casts to dispatch
+        host_s[fused.last] = request.host.issue_us(half=False) * 1e-6
     kernels = None if eager.kernels is None else replace(eager.kernels, seconds=gpu_s)
     return Timed(table, request, eager.roofline, gpu_s, host_s, kernels)
 
 
-def compile_note(table: NodeTable) -> str:
-    """What a compiled prediction assumed of ``table``'s graph: its kernels, and its convolutions' layout."""
+def compile_note(timed: Timed) -> str:
+    """What a compiled prediction assumed of the graph of ``timed``: its kernels, and its convolutions' layout."""
+    table = timed.table
     fused = fusion(table)
     generated = int(fused.generated.sum())
     conv = bool((table.category == operators.category_names().index("conv")).any())
+    casts = (", autocast's casts of their inputs fused into the kernels that produce them"
+             if timed.request.precision.autocast else "")
     layout = ("; its convolutions run channels last (Inductor's layout heuristic), without cuDNN's NCHW "
               "transposes" if layout_optimized(table) else
               "; its convolutions keep their layout (Inductor's layout heuristic)" if conv else "")
     return (f"compile: {int((~table.is_view).sum())} operators launch as {fused.kernels} kernels, {generated} "
             f"generated by Inductor (each priced over the bytes crossing its boundary) and "
-            f"{fused.kernels - generated} library calls priced as in eager mode{layout}")
+            f"{fused.kernels - generated} library calls priced as in eager mode{casts}{layout}")

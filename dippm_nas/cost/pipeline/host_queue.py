@@ -29,7 +29,7 @@ from dippm_nas.request import Request
 
 def issue_seconds(table: NodeTable, request: Request) -> np.ndarray:
     """Per operator, what the host adds before the GPU may start it: the request's host profile's dispatch time
-    in eager mode (a view: the dispatch without a kernel), nothing under CUDA graphs.
+    in eager mode (a view: the dispatch without a kernel), nothing where the pass is replayed as a CUDA graph.
 
     >>> import dippm_nas
     >>> from dippm_nas.cost.pipeline.table import node_table
@@ -39,7 +39,7 @@ def issue_seconds(table: NodeTable, request: Request) -> np.ndarray:
     >>> float(issue_seconds(table, dippm_nas.Request.of(mode="cuda-graphs")).max())
     0.0
     """
-    if request.mode == "cuda-graphs":
+    if request.replayed:
         return np.zeros(len(table))
     host = request.host
     return np.where(table.is_view, host.view_us, host.issue_us(request.precision.autocast)) * 1e-6

@@ -96,15 +96,18 @@ def runtime_key(table: NodeTable, runtime: tuple[int, int] | None) -> tuple[int,
     return runtime if table.math_fallback[:, 0].any() else None
 
 
-def traffic(table: NodeTable, precision: Precision, layout: str, runtime: tuple[int, int] | None) -> Traffic:
+def traffic(table: NodeTable, precision: Precision, layout: str, runtime: tuple[int, int] | None,
+            casts_fused: bool = False) -> Traffic:
     """:class:`Traffic` of ``table`` at ``precision`` and ``layout``, under PyTorch ``runtime`` (None: the current
-    one), computed once per table and kept with it."""
+    one), computed once per table and kept with it; ``casts_fused``: autocast's casts of activations are part of
+    the kernels that produce them (``torch.compile``), not kernels of their own."""
     runtime = runtime_key(table, runtime)
-    return table.derived(("traffic", precision.name, layout, runtime),
-                         lambda: _traffic(table, precision, layout, runtime))
+    return table.derived(("traffic", precision.name, layout, runtime, casts_fused),
+                         lambda: _traffic(table, precision, layout, runtime, casts_fused))
 
 
-def _traffic(table: NodeTable, precision: Precision, layout: str, runtime: tuple[int, int] | None) -> Traffic:
+def _traffic(table: NodeTable, precision: Precision, layout: str, runtime: tuple[int, int] | None,
+             casts_fused: bool) -> Traffic:
     half, h, f = precision.autocast, precision.element_bytes, FULL_BYTES
     library = operators.kind_table().has_library[table.kind]
     kernels = table.kernels.copy()  # most operators are one kernel; an LSTM says how many
@@ -115,9 +118,9 @@ def _traffic(table: NodeTable, precision: Precision, layout: str, runtime: tuple
         # product, attention) to the lower precision per forward, whether or not it then runs on tensor cores:
         # one more kernel that reads and writes each element, and the operator then reads the copy.
         cast = library & table.has_weights
-        moved = table.autocast.moved(h) + table.other_bytes + np.where(
+        moved = table.autocast.moved(h, casts_fused) + table.other_bytes + np.where(
             cast, table.weight_numel * (f + h + h), table.weight_bytes)
-        kernels += table.autocast.casts + cast
+        kernels += cast if casts_fused else table.autocast.casts + cast
         if layout == "nchw":
             # cuDNN's tensor-core kernels read NHWC: given NCHW tensors (PyTorch's default) it transposes the
             # input first (nchwToNhwcKernel in a profile, reading and writing it once), and the kernel writes
@@ -155,10 +158,11 @@ class Roofline:
     peak: np.ndarray  # FLOP/s of the unit each operator's arithmetic is priced on (:func:`units`)
 
 
-def roofline(table: NodeTable, request: Request) -> Roofline:
-    """Every operator's roofline time on the request's GPU at its precision and layout."""
+def roofline(table: NodeTable, request: Request, casts_fused: bool = False) -> Roofline:
+    """Every operator's roofline time on the request's GPU at its precision and layout (``casts_fused``: as
+    :func:`traffic`)."""
     gpu, precision = request.gpu, request.precision
-    moves = traffic(table, precision, request.layout, request.runtime)
+    moves = traffic(table, precision, request.layout, request.runtime, casts_fused)
     by_library = {lib: peak_tflops(lib, gpu, precision) for lib in set(operators.kind_table().library)}
     peak = (np.array([by_library[lib] for lib in operators.kind_table().library]) * 1e12)[table.kind]
     own_half = table.half_operands

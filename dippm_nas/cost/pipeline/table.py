@@ -403,13 +403,16 @@ class _Autocast:
     f32_in: np.ndarray
     f32_out: np.ndarray
 
-    def moved(self, element_bytes: int) -> np.ndarray:
+    def moved(self, element_bytes: int, casts_fused: bool = False) -> np.ndarray:
         """What the float32 activations move under autocast at ``element_bytes`` an element, casts included:
         an operator that runs in one precision first casts inputs of the other (reading them and writing a
-        copy), then reads the copy; a "widest" one reads each input as it is."""
+        copy), then reads the copy; a "widest" one reads each input as it is. ``casts_fused``: each cast is
+        part of the kernel that produces its input (``torch.compile``), so the operator reads its inputs in its
+        own precision and launches no cast."""
         h, f = element_bytes, FULL_BYTES
-        read = np.where(self.lower, self.f32_in * h + self.f32_read * (f + h),
-                        np.where(self.float32, self.f32_in * f + self.lower_read * (h + f),
+        cast_lower, cast_f32 = (h, f) if casts_fused else (f + h, h + f)
+        read = np.where(self.lower, self.f32_in * h + self.f32_read * cast_lower,
+                        np.where(self.float32, self.f32_in * f + self.lower_read * cast_f32,
                                  self.f32_read * f + self.lower_read * h))
         return read + self.f32_out * np.where(self.stays_f32, f, h)
 
