@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Spends a few minutes of a GPU on ground truth, in the order the data lacks it most: the host's cost per
 # operator, the search spaces' candidates, the user's path (`measure --quick` and `measure --space`, as a
-# user runs them), Vidur's LLM GEMMs at fp16 weights, the operator sweep and the model manifest, each in a
-# process of its own (a broken CUDA context ends one step, not the session).
+# user runs them), the same models eager and compiled, Vidur's LLM GEMMs at fp16 weights, the operator sweep
+# and the model manifest, each in a process of its own (a broken CUDA context ends one step, not the session).
 #
 #   bash data/measurements/measure_gpu.sh FOLDER [SECONDS] [cuda|cpu] [FROM]
 #
-# FOLDER receives at most seven files, none deeper than two folders, to copy back from the GPU's machine:
-# session.log (everything printed, with each step's exit status and seconds), host/, spaces/, user/, the
+# FOLDER receives at most eight files, none deeper than two folders, to copy back from the GPU's machine:
+# session.log (everything printed, with each step's exit status and seconds), host/, spaces/, user/, compiled/, the
 # sweep of Vidur's GEMMs (sweeps/<gpu>-vidur.csv), the operator sweep and the model rows, each named after
 # the GPU. This GPU's files in FROM (default data/measurements) are copied to FOLDER first, so every step
 # resumes where the last session stopped and each file comes back whole: copy it over the one in FROM. A
@@ -78,7 +78,7 @@ say "session: $total s on $device, files to $folder"
 copied=()
 slug=$("$python" -c "from dippm_nas.measure.campaign import gpu_slug; print(gpu_slug('$device'))")
 if [ "$(realpath "$from")" != "$(realpath "$folder")" ]; then
-    for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,spaces,user,sweeps}/"$slug".csv \
+    for file in "$from/$slug".csv "$from/$slug"-[0-9]*.csv "$from"/{host,spaces,user,compiled,sweeps}/"$slug".csv \
             "$from/sweeps/$slug-vidur.csv"; do
         [ -f "$file" ] || continue
         mkdir -p "$folder/$(dirname "${file#"$from"/}")"
@@ -90,6 +90,7 @@ campaign_step host 0.05 20
 campaign_step spaces 0.45
 user_step quick 0.25 "${quick_args[@]}"
 user_step space 0.35 "${space_args[@]}"
+campaign_step compiled 0.3
 campaign_step gemms 0.3
 campaign_step sweep 0.4
 campaign_step models 1

@@ -15,7 +15,7 @@ from dippm_nas.precisions import DEFAULT_PRECISION, PRECISIONS, precision_help
 from dippm_nas.user_files import check_writable
 
 #: ``measure.campaign.STEP_NAMES``, named here so that ``--help`` imports no torch (a test keeps them equal).
-STEP_NAMES = ("host", "spaces", "gemms", "sweep", "models", "kernels")
+STEP_NAMES = ("host", "spaces", "compiled", "gemms", "sweep", "models", "kernels")
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
@@ -77,7 +77,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
         raise DippmError("give one of --manifest, --quick (the ten configurations a calibration needs) and --space "
                          "(candidates of a search space).")
     check_writable(args.out, "--out")
+    what = _measurement(args)
     if args.space is not None:
+        if what != "latency":
+            raise DippmError("--space times eager rows for `dippm-nas calibrate`; to profile or compile a space's "
+                             "candidates, write a manifest with `dippm-nas manifest --spaces NAME` and give it to "
+                             "--manifest.")
         return _measure_space(args)
     manifest = QUICK_MANIFEST if args.quick else args.manifest
     if not os.path.exists(manifest):
@@ -88,10 +93,18 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if args.quick:  # the manifest's configurations of PyTorch's defaults, at the precision asked
         configs = [replace(c, precision=args.precision) for c in configs if c.precision == DEFAULT_PRECISION]
     try:
-        run(configs, args.out, args.device, args.budget_s, args.by, what="kernels" if args.kernels else "latency")
+        run(configs, args.out, args.device, args.budget_s, args.by, what=what)
     except RuntimeError as exc:
         raise DippmError(str(exc)) from exc
     return 0
+
+
+def _measurement(args: argparse.Namespace) -> str:
+    """Which rows ``measure`` takes: latency (eager), kernels (a profile) or compiled (eager and compiled)."""
+    if args.kernels and args.mode == "compile":
+        raise DippmError("give --kernels or --mode compile, not both: each writes rows of its own kind to a file of "
+                         "its own.")
+    return "kernels" if args.kernels else "compiled" if args.mode == "compile" else "latency"
 
 
 def _measure_space(args: argparse.Namespace) -> int:
@@ -165,6 +178,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="profile instead (torch.profiler): one row per ATen operator and per GPU kernel with its "
                          "calls and self time per iteration, to a file of its own, e.g. "
                          "data/measurements/kernels/h100.csv (never among the latency rows)")
+    me.add_argument("--mode", default="eager", choices=["eager", "compile"],
+                    help="compile: time each configuration eager and then as torch.compile(model) (default backend "
+                         "and mode), with its compile time apart, one row each to a file of its own, e.g. "
+                         "data/measurements/compiled/h100.csv (never among the latency rows; default: eager)")
     me.set_defaults(func=cmd_measure)
     sw = sub.add_parser(
         "sweep", help="time single operators over a seeded sample of shapes and precisions (cost-model data)",

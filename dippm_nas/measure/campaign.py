@@ -4,7 +4,9 @@ stated order and time split, each resumed where the last session stopped.
 A session on a GPU is short (minutes), so the campaign spends it in the order that buys the
 most per minute: the host's per-operator cost first (seconds, and every model row needs it), then the
 candidates of the search spaces the project ships (what a NAS study prices: a seeded spread of each space at
-fp32, fp16 autocast and fp16 weights, batch 1, 8, 64 and 256), then Vidur's LLM GEMMs at fp16 weights (the same
+fp32, fp16 autocast and fp16 weights, batch 1, 8, 64 and 256), then the same models eager and under
+``torch.compile`` (one timm model of each family and two candidates of each space, fp16 autocast and fp32 at
+batch 256, 16 and 1, compile times apart), then Vidur's LLM GEMMs at fp16 weights (the same
 shapes Vidur profiled, timed by the sweep's protocol), then an operator sweep (thousands of timings a minute,
 the learned model's operator-level data), then the model manifest (whole-model latency, energy and NVML
 memory: fp32, fp16 autocast and fp16 weights at batch 1, 8, 64 and 256 first, then bf16, bf16 weights and
@@ -16,6 +18,7 @@ Files, for a GPU whose name slugs to ``nvidia-h100-80gb-hbm3``::
 
     out_dir/host/nvidia-h100-80gb-hbm3.csv         the host cost, one row per operator kind and precision
     out_dir/spaces/nvidia-h100-80gb-hbm3.csv       the search spaces' candidates (the model rows' columns)
+    out_dir/compiled/nvidia-h100-80gb-hbm3.csv     eager and compiled (``measure --mode compile``'s columns)
     out_dir/sweeps/nvidia-h100-80gb-hbm3-vidur.csv Vidur's GEMMs (the sweep's columns)
     out_dir/sweeps/nvidia-h100-80gb-hbm3.csv       the operator sweep
     out_dir/nvidia-h100-80gb-hbm3.csv              the model rows (a -2, -3... suffix where an older file
@@ -32,7 +35,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -51,6 +54,13 @@ from dippm_nas.measure.sweep import read_points, run_sweep
 CAMPAIGN_BATCHES = (1, 8, 64, 256)
 FIRST_PRECISIONS = ("fp32", "fp16", "fp16-weights")
 LATER_PRECISIONS = ("bf16", "bf16-weights", "fp32-strict")
+
+#: The compiled step's precisions and batches, in the order measured: timm's protocol (fp16 autocast, a large batch)
+#: for every model first, then smaller batches, where the host's time and Inductor's fewer launches matter most.
+COMPILED_PRECISIONS = ("fp16", "fp32")
+COMPILED_BATCHES = (256, 16, 1)
+#: Candidates of each search space the compiled step compiles, drawn from the spaces' manifest.
+COMPILED_PER_SPACE = 2
 
 #: The search spaces' candidates the campaign measures (``dippm-nas manifest --spaces``) and Vidur's GEMMs as a
 #: sweep's points (``benchmarks/vidur_gemms.py --plan``), from the repository root.
@@ -77,6 +87,7 @@ class Step:
 PLAN = (
     Step("host", 0.05, "eager's per-operator host cost, once (a few seconds)", cap_s=60.0),
     Step("spaces", 0.5, "search-space candidates: fp32, fp16 and fp16-weights at batch 1, 8, 64 and 256"),
+    Step("compiled", 0.3, "eager and torch.compile, the same models: fp16 and fp32 at batch 256, 16 and 1"),
     Step("gemms", 0.25, "Vidur's LLM GEMMs at fp16-weights, by the sweep's protocol"),
     Step("sweep", 0.35, "operator sweep: GEMM, conv, norms, attention... at every precision"),
     Step("models", 0.85, "the model manifest: fp32, fp16 and fp16-weights first, then bf16, bf16-weights and "
@@ -121,8 +132,8 @@ def describe_plan(budget_s: float, steps: Iterable[str] = STEP_NAMES) -> list[st
     """The plan as lines a person reads before lending it a GPU: each step with the most it may take
     if every step before it used all of its time.
 
-    >>> describe_plan(540.0)[3]
-    "  3. gemms    up to 64 s: Vidur's LLM GEMMs at fp16-weights, by the sweep's protocol"
+    >>> describe_plan(540.0)[4]
+    "  4. gemms    up to 45 s: Vidur's LLM GEMMs at fp16-weights, by the sweep's protocol"
     >>> describe_plan(200.0, ["sweep"])[1]
     '  1. sweep    up to 200 s: operator sweep: GEMM, conv, norms, attention... at every precision'
     """
@@ -206,6 +217,23 @@ def campaign_manifest(records_csv: str | Path, seed: int = 0, per_family: int = 
     return fewest_first(first) + fewest_first(later)
 
 
+def compiled_manifest(records_csv: str | Path, spaces: Iterable[MeasureConfig], seed: int = 0
+                      ) -> list[MeasureConfig]:
+    """What the compiled step measures: one timm model of each family of the data set (at the input size it was
+    measured at) and :data:`COMPILED_PER_SPACE` candidates of each search space in ``spaces``, every one at one
+    precision and batch before any at the next (:data:`COMPILED_PRECISIONS` by :data:`COMPILED_BATCHES`)."""
+    timm_models = records_manifest(Path(records_csv), seed, 1, COMPILED_BATCHES[:1], COMPILED_PRECISIONS[:1])
+    drawn: dict[tuple[str, str, tuple[int, ...]], MeasureConfig] = {}
+    per_space: Counter = Counter()
+    for cfg in spaces:
+        key = (cfg.source, cfg.model, cfg.input_shape)
+        if key not in drawn and per_space[cfg.source] < COMPILED_PER_SPACE:
+            drawn[key], per_space[cfg.source] = cfg, per_space[cfg.source] + 1
+    models = [*drawn.values(), *timm_models]
+    return [replace(cfg, precision=precision, batch=batch, layout="nchw")
+            for precision in COMPILED_PRECISIONS for batch in COMPILED_BATCHES for cfg in models]
+
+
 def measure_host(out: Path, device_kind: str, measured_by: str, progress: Callable[[str], None]) -> int:
     """The host-cost step: one row per operator kind and precision, unless ``out`` has this run's already
     (the host does not change between sessions on the same machine kind, so one measurement a file)."""
@@ -254,7 +282,8 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
                  gemms_plan: str | Path | None = GEMMS_PLAN) -> list[StepResult]:
     """Run the plan's ``steps`` within ``budget_s`` seconds in all; returns what each did.
 
-    ``manifest`` is the model configurations (default: :func:`campaign_manifest` of ``records_csv``);
+    ``manifest`` is the model configurations (default: :func:`campaign_manifest` of ``records_csv``), which the
+    compiled step measures too where it is given (default: :func:`compiled_manifest`);
     ``spaces_manifest`` the search spaces' candidates, ``gemms_plan`` the sweep points of Vidur's GEMMs and
     ``kernels_manifest`` the configurations to profile (None: no such step).
     """
@@ -280,6 +309,11 @@ def run_campaign(out_dir: str | Path, budget_s: float, device_kind: str = "cuda"
                 continue
             measured = run(read_manifest(spaces_manifest), out_dir / "spaces" / f"{slug}.csv", device_kind, budget,
                            measured_by, progress)
+        elif step.name == "compiled":
+            configs = list(manifest) if manifest is not None else compiled_manifest(
+                records_csv, read_manifest(spaces_manifest) if spaces_manifest else [], seed)
+            measured = run(configs, out_dir / "compiled" / f"{slug}.csv", device_kind, budget, measured_by, progress,
+                           what="compiled")
         elif step.name == "gemms":
             if gemms_plan is None:
                 continue

@@ -322,7 +322,8 @@ def _latency_summary(rows: list[dict[str, object]]) -> str:
     return f"{rows[0]['status']} {verdict}"
 
 
-#: What ``run`` can measure, by name (``dippm_nas.measure.kernels`` adds "kernels").
+#: What ``run`` can measure, by name (``dippm_nas.measure.kernels`` adds "kernels", ``dippm_nas.measure.compiled``
+#: "compiled").
 MEASUREMENTS: dict[str, Measurement] = {
     "latency": Measurement(COLUMNS, PROTOCOL, lambda *args: [measure_one(*args)], _latency_summary),
 }

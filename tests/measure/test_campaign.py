@@ -12,7 +12,9 @@ import pytest
 from dippm_nas.measure import MeasureConfig
 from dippm_nas.measure.campaign import (
     PLAN,
+    STEP_NAMES,
     campaign_manifest,
+    compiled_manifest,
     describe_plan,
     model_rows_file,
     run_campaign,
@@ -43,6 +45,23 @@ def test_the_plan_never_gives_out_more_than_the_budget(budget_s):
     assert sum(given) <= budget_s + 1e-9
     assert all(g >= 0 for g in given) and given[-1] == pytest.approx(left + given[-1])  # the last takes the rest
     assert len(describe_plan(budget_s)) == len(PLAN) + 1
+
+
+def test_the_compiled_step_measures_every_model_at_one_setting_before_the_next():
+    """One timm model a family and two candidates a space, at fp16 and batch 256 first, as timm's compiled runs."""
+    from dippm_nas.measure.config import read_manifest
+
+    spaces = read_manifest(ROOT / "data" / "manifests" / "spaces.csv")
+    configs = compiled_manifest(ROOT / "data" / "records.csv", spaces)
+    settings = list(dict.fromkeys((c.precision, c.batch) for c in configs))
+    assert settings == [("fp16", 256), ("fp16", 16), ("fp16", 1), ("fp32", 256), ("fp32", 16), ("fp32", 1)]
+    first = [c for c in configs if (c.precision, c.batch) == settings[0]]
+    assert [(c.precision, c.batch) for c in configs[:len(first)]] == [settings[0]] * len(first)
+    assert len(first) * len(settings) == len(configs) == len({c.key for c in configs})
+    per_space = {source: sum(c.source == source for c in first) for source in {c.source for c in spaces}}
+    assert set(per_space.values()) == {2}
+    timm = [c for c in first if c.source == "timm"]
+    assert len({c.family for c in timm}) == len(timm) > 50  # one model of each family
 
 
 def test_the_manifest_measures_fp32_and_fp16_first_and_the_least_measured_families_first():
@@ -101,10 +120,11 @@ def test_a_campaign_on_the_cpu_keeps_its_budget_and_a_second_one_continues(tmp_p
     gemms.write_text(GEMMS_PLAN)
     budget = 40.0
     began = time.monotonic()
+    steps = [name for name in STEP_NAMES if name != "compiled"]  # compiling takes its seconds: the script's test
     results = run_campaign(tmp_path / "out", budget, "cpu", manifest=manifest, kernels_manifest=kernels,
-                           spaces_manifest=spaces, gemms_plan=gemms, progress=lambda line: None)
+                           spaces_manifest=spaces, gemms_plan=gemms, progress=lambda line: None, steps=steps)
     took = time.monotonic() - began
-    assert [r.step for r in results] == ["host", "spaces", "gemms", "sweep", "models", "kernels"]
+    assert [r.step for r in results] == steps
     assert took <= budget * 1.1  # a step stops before its budget, a configuration or point in flight at most
     elapsed = 0.0
     for r in results:  # a step is given at most what is left when it starts
@@ -122,7 +142,7 @@ def test_a_campaign_on_the_cpu_keeps_its_budget_and_a_second_one_continues(tmp_p
     assert all(r["status"] == "ok" and r["dtype"] == "float16" for r in vidur)
 
     again = run_campaign(tmp_path / "out", budget, "cpu", manifest=manifest, kernels_manifest=kernels,
-                         spaces_manifest=spaces, gemms_plan=gemms, progress=lambda line: None)
+                         spaces_manifest=spaces, gemms_plan=gemms, progress=lambda line: None, steps=steps)
     measured = {r.step: r.measured for r in again}
     assert measured["host"] == measured["spaces"] == measured["gemms"] == 0  # each done, nothing twice
     swept, models = _rows(out / "sweeps" / "cpu.csv"), _rows(out / "cpu.csv")
@@ -164,7 +184,7 @@ def test_a_step_run_alone_takes_the_whole_budget_and_the_cli_names_the_same_step
 
 def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_given(tmp_path):
     """data/measurements/measure_gpu.sh on the CPU with tiny models: every step in its own process, the user's
-    path as a user runs it, at most seven files no deeper than two folders, this GPU's files copied first and
+    path as a user runs it, at most eight files no deeper than two folders, this GPU's files copied first and
     only what the session changed brought back."""
     import os
     import subprocess
@@ -194,18 +214,20 @@ def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_giv
                            str(tmp_path / "from")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     log = (out / "session.log").read_text()
-    for step in ("step host", "step spaces", "user's quick", "user's space", "step gemms", "step sweep",
-                 "step models"):
+    for step in ("step host", "step spaces", "user's quick", "user's space", "step compiled", "step gemms",
+                 "step sweep", "step models"):
         assert f"{step} exit status 0 in " in log, log[-2000:]
     assert f"resuming from {given}" in log and "host cost already in" in log
     for unchanged in ("host/cpu.csv", "cpu.csv"):  # resumed from, not measured again, so not brought back
         assert f"unchanged, not brought back: {unchanged}" in log and not (out / unchanged).exists()
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
-    assert len(files) <= 7 and all(len(f.parts) <= 3 for f in files)
+    assert len(files) <= 8 and all(len(f.parts) <= 3 for f in files)
     assert [r["key"] for r in _rows(out / "cpu-2.csv")] == ["callable:tiny_models:tiny|3x16x16|b2|fp16|nchw"]
     user = _rows(out / "user" / "cpu.csv")  # the two tiny configurations, then two nb201 candidates
     assert [r["source"] for r in user] == ["callable", "callable", "nb201", "nb201"]
     assert _rows(out / "spaces" / "cpu.csv") and _rows(out / "sweeps" / "cpu.csv")
+    compiled = _rows(out / "compiled" / "cpu.csv")  # as many as its share of the time allows
+    assert compiled and all(r["status"] == "ok" and float(r["latency_ms_compiled"]) > 0 for r in compiled)
     assert len(_rows(out / "sweeps" / "cpu-vidur.csv")) == 2
 
 
