@@ -154,6 +154,24 @@ def write_report(results: dict, worst: list[Pair], docs: Path) -> Path:
     ]
     lines += [f"| {p.model} | {p.eager_ms / p.compiled_ms:.2f} | {p.predicted_eager_ms / p.predicted_compiled_ms:.2f} |"
               for p in worst]
+    lines += [
+        "",
+        "## What limits it",
+        "",
+        "- **The eager error of the same models.** A compiled graph's library calls are priced as eager's, so the "
+        "eager MAPE above is most of the compiled one; the fusion stage adds the error of the ratio.",
+        "- **How eager's time splits between library calls and the operators compiling fuses.** The operator model "
+        "learned the RTX 4090 from its whole-model eager records alone (no operator of it was swept), which fix each "
+        "model's total but not that split: where it gives the library calls too much, eager stays right and the "
+        "compiled prediction is too slow (gMLP's token-mixing products, 196 by 196 over the batch's channels).",
+        "- **Convolutions that are slower channels last.** Inductor's layout heuristic runs all of a graph's "
+        "convolutions channels last where the dense ones promise a gain; ConvMixer's depthwise convolutions with 9x9 "
+        "windows are then slower than eager's NCHW ones (as timm's own NHWC eager run of the same GPU shows too), "
+        "and the operator model prices a layout only by cuDNN's transposes.",
+        "- **Inductor's kernels are checked on the CPU only.** `tests/cost/test_fusion_inductor.py` compares the "
+        "fusion stage's groups with Inductor's for small models; compiled rows of a GPU we measure "
+        "(`dippm-nas measure --mode compile`, the campaign's compiled step) would check their times.",
+    ]
     path = docs / "compile.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -95,13 +95,13 @@ def postgres_url() -> str:
     return POSTGRES_URL
 
 
-def test_postgres_four_workers_hundred_trials(postgres_url, tmp_path):
+def test_postgres_four_workers_share_one_study(postgres_url, tmp_path):
     cache = tmp_path / "cache.sqlite"
     name = f"workers-{os.getpid()}-{tmp_path.name}"
     optuna.create_study(study_name=name, storage=postgres_url, directions=["maximize", "minimize"])
     try:
-        _run_workers(postgres_url, name, workers=4, trials=25, cache=cache)
-        _check(optuna.load_study(study_name=name, storage=postgres_url), 100, cache)
+        _run_workers(postgres_url, name, workers=4, trials=10, cache=cache)
+        _check(optuna.load_study(study_name=name, storage=postgres_url), 40, cache)
     finally:
         optuna.delete_study(study_name=name, storage=postgres_url)
 

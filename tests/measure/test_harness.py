@@ -154,6 +154,6 @@ def test_kernel_profile_rows_name_each_operator_once_per_call(tmp_path):
     assert run(configs, out, device_kind="cpu", what="kernels", progress=lambda _: None) == 0
     with pytest.raises(RuntimeError, match="another kind"):
         run(_configs(1), out, device_kind="cpu", progress=lambda _: None)
-    with pytest.raises(ValueError, match="known: latency, kernels"):
+    with pytest.raises(ValueError, match="known: latency, compiled, kernels"):
         run(_configs(1), out, device_kind="cpu", what="flops", progress=lambda _: None)
     assert _rows(out) == rows
