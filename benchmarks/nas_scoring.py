@@ -16,7 +16,8 @@ Checks that every prediction is exactly equal with and without the caches, and b
 millionth (the operator network, run over a whole batch's operators at once, rounds in float32), and prints the
 medians, the speed-up, the throughput and the hit rates.
 
-    python benchmarks/nas_scoring.py            # 500 candidates, seed 0, a100-40gb, batch 8
+    python benchmarks/nas_scoring.py                 # 500 candidates, seed 0, a100-40gb, batch 8
+    python benchmarks/nas_scoring.py --mode compile  # the same, deployed under torch.compile
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tqdm import tqdm
 
 from dippm_nas.cache.store import GraphCache
 from dippm_nas.integration import HardwareCostModel
+from dippm_nas.modes import DEFAULT_MODE, EXECUTION_MODES
 from search_spaces import get_search_space
 
 FIELDS = ("latency_ms", "energy_j", "memory_mib", "mig_profile")
@@ -58,13 +60,15 @@ def timed(fn, items, desc):
 
 
 def candidate_arguments(description: str, n: int, flags: dict[str, str] | None = None) -> argparse.Namespace:
-    """The options of a benchmark over sampled candidates (how many, seed, device, batch, and its own on/off
-    ``flags`` with their help), with warnings and Optuna's log quiet."""
+    """The options of a benchmark over sampled candidates (how many, seed, device, batch, execution mode, and its
+    own on/off ``flags`` with their help), with warnings and Optuna's log quiet."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=n)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="a100-40gb")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--mode", default=DEFAULT_MODE, choices=EXECUTION_MODES,
+                        help=f"how the candidates are deployed (default: {DEFAULT_MODE})")
     for flag, help_text in (flags or {}).items():
         parser.add_argument(flag, action="store_true", help=help_text)
     args = parser.parse_args()
@@ -79,13 +83,13 @@ def main() -> int:
     space, candidates = sample_candidates(args.n, args.seed)
     distinct = len({c.signature for c in candidates})
     print(f"{args.n} OFA-MobileNetV3 candidates (seed {args.seed}, {distinct} distinct), {args.device}, "
-          f"batch {args.batch}")
+          f"batch {args.batch}, mode {args.mode}")
 
-    whole_model = HardwareCostModel(args.device, args.batch, use_cache=False)
+    whole_model = HardwareCostModel(args.device, args.batch, mode=args.mode, use_cache=False)
     whole, whole_times = timed(whole_model.score, candidates, "whole export")
 
     cache = GraphCache()
-    cached_model = HardwareCostModel(args.device, args.batch, cache=cache)
+    cached_model = HardwareCostModel(args.device, args.batch, mode=args.mode, cache=cache)
     first, first_times = [], []
     all_blocks_cached_times = []
     for cand in tqdm(candidates, desc="cold, one at a time", unit="cand", file=sys.stderr):
@@ -99,7 +103,7 @@ def main() -> int:
     block_hit_rate = cache.hit_rate("block")
     blocks_stored = len(cache.memory_keys("block"))
 
-    batched_model = HardwareCostModel(args.device, args.batch)
+    batched_model = HardwareCostModel(args.device, args.batch, mode=args.mode)
     start = time.perf_counter()
     cold_batched = batched_model.score_many(candidates, progress=True)
     cold_batched_total = time.perf_counter() - start

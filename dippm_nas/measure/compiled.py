@@ -32,8 +32,9 @@ from dippm_nas.measure.timing import Timer, Timing, tightest, time_steps
 COMPILED_PROTOCOL = (
     "dippm-nas-compiled-v1: each configuration timed eager, then as torch.compile(model) (backend inductor, "
     "default mode) and, on a GPU, as torch.compile(model, mode='reduce-overhead') (the compiled kernels replayed as "
-    "a CUDA graph), each compile fresh after torch._dynamo.reset(), all under the latency protocol's precision "
-    "mode, warm-up and windows (" + PROTOCOL.split(":", 1)[0] + "); compile_s = wall clock of the compiled "
+    "a CUDA graph), each compile fresh after torch._dynamo.reset() with Inductor's FX graph cache off, all under "
+    "the latency protocol's precision mode, warm-up and windows (" + PROTOCOL.split(":", 1)[0] + "); compile_s = "
+    "wall clock of the compiled "
     "model's first call, synchronised, which traces, lowers and builds its kernels and is never part of a latency; "
     "inductor_kernels = torch._inductor.metrics.generated_kernel_count after the default mode's first call")
 
@@ -55,16 +56,18 @@ def _timed(step, timer: Timer) -> Timing:
 def _compiled(model: torch.nn.Module, x: torch.Tensor, timer: Timer, cuda: bool, mode: str | None
               ) -> tuple[float, Timing, int]:
     """``model`` compiled in ``mode`` (None: the default): its compile time (the first call), its timed window and
-    how many kernels Inductor generated; a fresh compile, forgotten afterwards."""
+    how many kernels Inductor generated; a fresh compile, forgotten afterwards. Inductor's cache of compiled graphs
+    is off for the first call: a graph it held would skip the code generation whose time and kernels are counted."""
     from torch._dynamo import reset
-    from torch._inductor import metrics
+    from torch._inductor import config, metrics
 
     reset()
     metrics.reset()
     compiled = torch.compile(model, mode=mode)
     try:
         began = time.perf_counter()
-        compiled(x)
+        with config.patch(fx_graph_cache=False):
+            compiled(x)
         if cuda:
             torch.cuda.synchronize()
         compile_s, kernels = time.perf_counter() - began, metrics.generated_kernel_count

@@ -111,6 +111,22 @@ def test_compile_with_cuda_graphs_replays_the_same_kernels():
     assert any("reduce-overhead" in n for n in replayed.notes)
 
 
+def test_a_population_compiled_together_is_each_compiled_alone():
+    """Graphs of both layouts Inductor chooses, scored in one pass of the operator network, get what each gets
+    alone (the network, run over the whole batch in float32, rounds within a millionth)."""
+    from dippm_nas.cost.models.operators import OperatorCostModel
+
+    graphs = [dippm_nas.build_graph("resnet18", batch=4),
+              dippm_nas.build_graph(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)).eval(), (64,),
+                                    batch=32)]
+    assert [layout_optimized(node_table(g)) for g in graphs] == [True, False]
+    request = dippm_nas.Request.of("h100-sxm", "fp16", mode="compile")
+    model = OperatorCostModel()
+    together = model.estimate_many(graphs, request)
+    alone = [model.estimate(g, request) for g in graphs]
+    assert [e.latency_ms for e in together] == pytest.approx([e.latency_ms for e in alone], rel=1e-6)
+
+
 def test_autocast_casts_fuse_into_their_producers():
     """Under fp16 autocast, a layer norm's float32 output read only by a linear layer is written in half by the
     compiled kernel, and the linear layer reads it without a cast kernel: both cheaper than eager's."""

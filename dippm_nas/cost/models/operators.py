@@ -24,7 +24,7 @@ import numpy as np
 from dippm_nas.cost.error_table import lookup
 from dippm_nas.cost.estimate import Estimate, NotCovered
 from dippm_nas.cost.learned.card import OPERATOR_WEIGHTS, load_card, operator_model_mismatch
-from dippm_nas.cost.pipeline.fusion import compile_note, compiled, eager_request
+from dippm_nas.cost.pipeline.fusion import compile_note, compiled_many, eager_request
 from dippm_nas.cost.pipeline.host_queue import issue_seconds
 from dippm_nas.cost.pipeline.kernel_times import kernel_times_many
 from dippm_nas.cost.pipeline.roofline import roofline
@@ -71,10 +71,16 @@ class OperatorCostModel:
         reason = self.covers(request)
         if reason:
             raise NotCovered(reason)
-        if request.compiled:  # each graph's library calls at the layout Inductor chooses for it
-            model = load(self.path)
-            return [compiled(self.timed_many([table], eager_request(table, request))[0], request, model.seconds)
-                    for table in tables]
+        if request.compiled:  # each graph's library calls at the layout Inductor chooses for it, then its kernels
+            by_layout: dict[str, tuple[Request, list[int]]] = {}
+            for i, table in enumerate(tables):
+                library = eager_request(table, request)
+                by_layout.setdefault(library.layout, (library, []))[1].append(i)
+            eager: list[Timed] = [None] * len(tables)  # type: ignore[list-item]
+            for library, indices in by_layout.values():
+                for i, timed in zip(indices, self.timed_many([tables[i] for i in indices], library)):
+                    eager[i] = timed
+            return compiled_many(eager, request, load(self.path).seconds)
         bounds = [roofline(table, request) for table in tables]
         times = kernel_times_many(tables, bounds, request, load(self.path), learned_s)
         return [Timed(table, request, b, t.seconds, issue_seconds(table, request), t)

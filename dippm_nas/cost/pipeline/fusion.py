@@ -31,7 +31,7 @@ then no convolution pays cuDNN's NCHW transposes (:func:`layout_optimized`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -197,14 +197,10 @@ def eager_request(table: NodeTable, request: Request) -> Request:
     return replace(request, mode="eager", layout="nhwc" if layout_optimized(table) else request.layout)
 
 
-def compiled(eager: Timed, request: Request,
-             kernel_seconds: Callable[[KernelColumns, Device], np.ndarray] | None = None) -> Timed:
-    """The graph of ``eager`` (its timing for :func:`eager_request`) as its compiled kernels run for ``request``:
-    each library call's time as eager's less the casts of its inputs, each generated kernel's over its boundary
-    bytes, by ``kernel_seconds`` (the operator model's
-    :meth:`~dippm_nas.cost.learned.operator_network.OperatorModel.seconds`; None: the roofline's), charged at its
-    last operator; the host issues each kernel once (Inductor's wrapper calls them in order), or never where the
-    pass is replayed as a CUDA graph."""
+def generated_kernels(eager: Timed, request: Request) -> KernelColumns:
+    """The kernels Inductor generates for the graph of ``eager`` (its timing for :func:`eager_request`), as the
+    operator model reads them for ``request``: each one streaming kernel over its boundary bytes, with its
+    operators' FLOPs, shaped as its lead operator."""
     table = eager.table
     fused = fusion(table)
     precision = request.precision
@@ -217,18 +213,44 @@ def compiled(eager: Timed, request: Request,
     runs = fused.kernel >= 0
     np.add.at(flops, fused.kernel[runs], table.flops[runs])
     generated = np.flatnonzero(fused.generated)
-    rows = replace(columns.take(fused.lead[generated]), moved=traffic[generated], flops=flops[generated])
-    floor = np.maximum(rows.flops / rows.peak, rows.moved / (request.gpu.memory_bw_gbs * 1e9))
+    return replace(columns.take(fused.lead[generated]), moved=traffic[generated], flops=flops[generated])
+
+
+def compiled(eager: Timed, request: Request,
+             kernel_seconds: Callable[[KernelColumns, Device], np.ndarray] | None = None) -> Timed:
+    """The graph of ``eager`` (its timing for :func:`eager_request`) as its compiled kernels run for ``request``:
+    each library call's time as eager's less the casts of its inputs, each generated kernel's over its boundary
+    bytes, by ``kernel_seconds`` (the operator model's
+    :meth:`~dippm_nas.cost.learned.operator_network.OperatorModel.seconds`; None: the roofline's), charged at its
+    last operator; the host issues each kernel once (Inductor's wrapper calls them in order), or never where the
+    pass is replayed as a CUDA graph."""
+    return compiled_many([eager], request, kernel_seconds)[0]
+
+
+def compiled_many(eager: Sequence[Timed], request: Request,
+                  kernel_seconds: Callable[[KernelColumns, Device], np.ndarray] | None = None) -> list[Timed]:
+    """:func:`compiled` of several graphs, ``kernel_seconds`` run once over all their generated kernels (a
+    population's candidates, scored together)."""
+    if not eager:
+        return []
+    rows = [generated_kernels(timed, request) for timed in eager]
+    everything = rows[0] if len(rows) == 1 else KernelColumns.concatenate(rows)
+    floor = np.maximum(everything.flops / everything.peak, everything.moved / (request.gpu.memory_bw_gbs * 1e9))
     floor = floor + KERNEL_OVERHEAD_US * 1e-6
-    seconds = floor if kernel_seconds is None else floored(0.0, kernel_seconds(rows, request.gpu), floor)
-    casts_s = eager.roofline.time_s - roofline(table, eager.request, casts_fused=True).time_s
-    gpu_s = np.where(fused.library, eager.gpu_s - casts_s, 0.0)
-    gpu_s[fused.last[generated]] = seconds
-    host_s = np.zeros(len(table))
-    if not request.replayed:  # autocast is traced away: no casts to dispatch
-        host_s[fused.last] = request.host.issue_us(half=False) * 1e-6
-    kernels = None if eager.kernels is None else replace(eager.kernels, seconds=gpu_s)
-    return Timed(table, request, eager.roofline, gpu_s, host_s, kernels)
+    seconds = floor if kernel_seconds is None else floored(0.0, kernel_seconds(everything, request.gpu), floor)
+    out = []
+    for timed, end in zip(eager, np.cumsum([len(r) for r in rows])):
+        table, fused = timed.table, fusion(timed.table)
+        casts_s = timed.roofline.time_s - roofline(table, timed.request, casts_fused=True).time_s
+        gpu_s = np.where(fused.library, timed.gpu_s - casts_s, 0.0)
+        generated = np.flatnonzero(fused.generated)
+        gpu_s[fused.last[generated]] = seconds[end - len(generated):end]
+        host_s = np.zeros(len(table))
+        if not request.replayed:  # autocast is traced away: no casts to dispatch
+            host_s[fused.last] = request.host.issue_us(half=False) * 1e-6
+        kernels = None if timed.kernels is None else replace(timed.kernels, seconds=gpu_s)
+        out.append(Timed(table, request, timed.roofline, gpu_s, host_s, kernels))
+    return out
 
 
 def compile_note(timed: Timed) -> str:
