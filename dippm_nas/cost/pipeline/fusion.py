@@ -43,6 +43,7 @@ from dippm_nas.cost.pipeline.summary import Timed
 from dippm_nas.cost.pipeline.table import FULL_BYTES, SHAPE_COLUMNS, NodeTable
 from dippm_nas.graph import operators
 from dippm_nas.hardware.registry import Device
+from dippm_nas.precisions import Precision
 from dippm_nas.request import Request
 
 #: Inductor's benchmarked time of a convolution run channels last over its time contiguous, by kind (``GraphLowering
@@ -201,10 +202,18 @@ def generated_kernels(eager: Timed, request: Request) -> KernelColumns:
     """The kernels Inductor generates for the graph of ``eager`` (its timing for :func:`eager_request`), as the
     operator model reads them for ``request``: each one streaming kernel over its boundary bytes, with its
     operators' FLOPs, shaped as its lead operator."""
-    table = eager.table
-    fused = fusion(table)
-    precision = request.precision
+    table, precision = eager.table, request.precision
     columns = kernel_columns(table, eager.roofline.peak, request.gpu, precision)
+    lead, moved, flops = table.derived(("generated kernels", precision.name),
+                                       lambda: _generated_traffic(table, precision, columns))
+    return replace(columns.take(lead), moved=moved, flops=flops)
+
+
+def _generated_traffic(table: NodeTable, precision: Precision, columns: KernelColumns
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per generated kernel, its lead operator, its boundary bytes and its FLOPs: the graph's and the precision's
+    alone (``columns``' bytes are), so a table keeps them."""
+    fused = fusion(table)
     narrowed = None
     if precision.autocast:
         narrowed = narrowed_outputs(table, fused) * table.f32_written * (FULL_BYTES - precision.element_bytes)
@@ -213,7 +222,7 @@ def generated_kernels(eager: Timed, request: Request) -> KernelColumns:
     runs = fused.kernel >= 0
     np.add.at(flops, fused.kernel[runs], table.flops[runs])
     generated = np.flatnonzero(fused.generated)
-    return replace(columns.take(fused.lead[generated]), moved=traffic[generated], flops=flops[generated])
+    return fused.lead[generated], traffic[generated], flops[generated]
 
 
 def compiled(eager: Timed, request: Request,
