@@ -210,7 +210,7 @@ def test_the_session_script_spends_one_call_and_resumes_from_the_files_it_is_giv
            "SESSION_CAMPAIGN_ARGS": f"--manifest {manifest} --spaces-manifest {_space_manifest(tmp_path / 's.csv')} "
                                     f"--gemms-plan {gemms}",
            "SESSION_QUICK_ARGS": f"--manifest {manifest}", "SESSION_SPACE_ARGS": "--space nb201 --n 2 --batch 1"}
-    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "measure_gpu.sh"), str(out), "100", "cpu",
+    done = subprocess.run(["bash", str(ROOT / "data" / "measurements" / "measure_gpu.sh"), str(out), "140", "cpu",
                            str(tmp_path / "from")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     log = (out / "session.log").read_text()
