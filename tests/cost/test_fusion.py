@@ -130,9 +130,8 @@ def test_a_population_compiled_together_is_each_compiled_alone():
 def test_autocast_casts_fuse_into_their_producers():
     """Under fp16 autocast, a layer norm's float32 output read only by a linear layer is written in half by the
     compiled kernel, and the linear layer reads it without a cast kernel: both cheaper than eager's."""
-    from dippm_nas.cost.pipeline.fusion import compiled, eager_request, narrowed_outputs
-    from dippm_nas.cost.pipeline.host_queue import issue_seconds
-    from dippm_nas.cost.pipeline.summary import Timed
+    from dippm_nas.cost.models.analytical import AnalyticalCostModel
+    from dippm_nas.cost.pipeline.fusion import eager_request, narrowed_outputs
 
     graph = dippm_nas.build_graph(nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 256)).eval(), (64, 256),
                                   batch=64)
@@ -141,10 +140,8 @@ def test_autocast_casts_fuse_into_their_producers():
     norm = next(i for i, n in enumerate(graph.nodes) if n.kind == "layer_norm")
     linear = next(i for i, n in enumerate(graph.nodes) if n.kind == "matmul")
     assert narrowed_outputs(table, fusion(table))[norm]
-    library = eager_request(table, request)
-    bounds = roofline(table, library)
-    eager = Timed(table, library, bounds, bounds.time_s, issue_seconds(table, library))
-    fused = compiled(eager, request)
+    model = AnalyticalCostModel()
+    eager, fused = model.timed(table, eager_request(table, request)), model.timed(table, request)
     assert fused.gpu_s[linear] < eager.gpu_s[linear]  # no cast of its input
     assert fused.gpu_s[norm] < eager.gpu_s[norm]  # one kernel, half the write
 
